@@ -1,0 +1,140 @@
+"""The heterogeneous chain: Rotor's cost model of a sequence of layers.
+
+A chain of ``L`` layers, 0-based: layer ``i`` maps activation ``x[i]`` to ``x[i+1]``, and
+``x[L]`` feeds the loss. Sizes are in any unit (bytes in practice) and times in any unit
+(seconds or flops); the solvers never mix the two.
+
+Reference: Beaumont, Eyraud-Dubois, Herrmann, Joly, Shilova, "Optimal checkpointing for
+heterogeneous chains: how to train deep neural networks with limited memory" (Rotor,
+arXiv:1911.13214), section 3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["Chain"]
+
+
+def _as_vector(name: str, values: Sequence[float] | np.ndarray, length: int) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"Chain.{name} must be one-dimensional, got shape {array.shape}.")
+    if array.shape[0] != length:
+        raise ValueError(f"Chain.{name} must have {length} entries, got {array.shape[0]}.")
+    bad = np.flatnonzero(~np.isfinite(array) | (array < 0))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"Chain.{name}[{i}] = {array[i]!r}: sizes and times must be finite and non-negative."
+        )
+    array.setflags(write=False)
+    return array
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Chain:
+    """Costs of a chain of ``L`` layers (ALGORITHMS.md section 1).
+
+    Attributes:
+      fwd_time: ``L`` forward times.
+      bwd_time: ``L`` backward times.
+      x_size: ``L + 1`` activation sizes; ``x_size[k]`` is the size of ``x[k]`` and of its
+        gradient ``g[k]``. ``x_size[L]`` is the output fed to the loss.
+      xbar_size: ``L`` tape sizes: everything layer ``i``'s backward needs when its forward
+        ran in "save all" mode, **including its output** ``x[i+1]`` and excluding its input
+        ``x[i]``. Hence ``xbar_size[i] >= x_size[i + 1]``.
+      fwd_tmp: ``L`` transient sizes while a forward runs (default zeros).
+      bwd_tmp: ``L`` transient sizes while a backward runs (default zeros).
+
+    All arrays are stored as read-only float64 numpy vectors. Invalid input raises
+    ``ValueError`` naming the field and the offending index.
+    """
+
+    fwd_time: np.ndarray
+    bwd_time: np.ndarray
+    x_size: np.ndarray
+    xbar_size: np.ndarray
+    fwd_tmp: np.ndarray | None = None
+    bwd_tmp: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        fwd = np.asarray(self.fwd_time)
+        if fwd.ndim != 1 or fwd.shape[0] == 0:
+            raise ValueError(
+                f"Chain.fwd_time must be a non-empty 1-d sequence (one entry per layer), "
+                f"got shape {fwd.shape}."
+            )
+        length = int(fwd.shape[0])
+        fields = {
+            "fwd_time": (self.fwd_time, length),
+            "bwd_time": (self.bwd_time, length),
+            "x_size": (self.x_size, length + 1),
+            "xbar_size": (self.xbar_size, length),
+            "fwd_tmp": (np.zeros(length) if self.fwd_tmp is None else self.fwd_tmp, length),
+            "bwd_tmp": (np.zeros(length) if self.bwd_tmp is None else self.bwd_tmp, length),
+        }
+        for name, (values, n) in fields.items():
+            object.__setattr__(self, name, _as_vector(name, values, n))
+        short = np.flatnonzero(self.xbar_size < self.x_size[1:])
+        if short.size:
+            i = int(short[0])
+            raise ValueError(
+                f"Chain.xbar_size[{i}] = {self.xbar_size[i]!r} is smaller than x_size[{i + 1}] = "
+                f"{self.x_size[i + 1]!r}: a layer's tape includes its output."
+            )
+
+    @property
+    def length(self) -> int:
+        """Number of layers ``L``."""
+        return int(self.fwd_time.shape[0])
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def is_integral(self) -> bool:
+        """Whether every size is an integer (then the DP can run without rounding)."""
+        sizes = np.concatenate([self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp])
+        return bool(np.all(sizes == np.floor(sizes)))
+
+    @classmethod
+    def homogeneous(
+        cls,
+        length: int,
+        *,
+        fwd_time: float = 1.0,
+        bwd_time: float = 2.0,
+        x_size: float = 1.0,
+        xbar_size: float | None = None,
+    ) -> "Chain":
+        """A chain of ``length`` identical layers (the setting of revolve)."""
+        if length < 1:
+            raise ValueError(f"A chain needs at least one layer, got length={length}.")
+        return cls(
+            fwd_time=np.full(length, fwd_time),
+            bwd_time=np.full(length, bwd_time),
+            x_size=np.full(length + 1, x_size),
+            xbar_size=np.full(length, x_size if xbar_size is None else xbar_size),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Chain):
+            return NotImplemented
+        return all(
+            np.array_equal(getattr(self, f.name), getattr(other, f.name))
+            for f in dataclasses.fields(self)
+        )
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, f.name).tobytes() for f in dataclasses.fields(self)))
+
+    def __repr__(self) -> str:
+        return (
+            f"Chain(length={self.length}, total_fwd={self.fwd_time.sum():.4g}, "
+            f"total_bwd={self.bwd_time.sum():.4g}, max_x={self.x_size.max():.4g}, "
+            f"total_xbar={self.xbar_size.sum():.4g})"
+        )

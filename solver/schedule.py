@@ -1,0 +1,193 @@
+"""Schedules: the op sequence and the equivalent nested plan.
+
+A *persistent* schedule (Rotor's weak memory persistence) is a tree. We write it as a
+*plan*: a tuple of items covering consecutive layers,
+
+- ``Layer(i)``: run layer ``i`` in "save all" mode (``F_all``); its backward ``B(i)`` runs
+  when the backward pass reaches it. In JAX: call the layer plainly, autodiff keeps its
+  residuals (the tape).
+- ``Checkpoint(start, stop, body)``: run layers ``start .. stop-1`` keeping only the
+  segment's input (``F_ck(start)``, ``F_none(start+1 .. stop-1)``). When the backward pass
+  reaches the segment, ``body`` (a plan for the same layers) runs forward then backward. In
+  JAX: ``jax.checkpoint`` of a function that applies ``body``.
+
+``plan_to_ops`` turns a plan into Rotor's op sequence, which :func:`solver.simulate`
+checks. Every solver in this package returns a plan, so the op sequence, the simulated cost
+and the JAX application all come from one structure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Iterator, Union
+
+from .chain import Chain
+
+__all__ = [
+    "OpKind",
+    "Op",
+    "Layer",
+    "Checkpoint",
+    "Plan",
+    "Schedule",
+    "plan_to_ops",
+    "validate_plan",
+    "make_schedule",
+    "format_plan",
+]
+
+
+class OpKind(str, enum.Enum):
+    """The five operations of Rotor's model (ALGORITHMS.md section 1)."""
+
+    F_ALL = "F_all"
+    F_CK = "F_ck"
+    F_NONE = "F_none"
+    LOSS = "loss"
+    B = "B"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Op = tuple  # (OpKind, int); a plain tuple so that ``("F_all", 0)`` compares equal.
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """Run layer ``index`` keeping its whole tape."""
+
+    index: int
+
+    @property
+    def start(self) -> int:
+        return self.index
+
+    @property
+    def stop(self) -> int:
+        return self.index + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """Run layers ``start .. stop-1`` keeping only their input; recompute with ``body``."""
+
+    start: int
+    stop: int
+    body: "Plan"
+
+
+Plan = tuple[Union[Layer, Checkpoint], ...]
+
+
+def validate_plan(plan: Plan, start: int, stop: int) -> None:
+    """Raise ``ValueError`` unless ``plan`` covers layers ``start .. stop-1`` exactly once.
+
+    A checkpoint's body must itself cover the checkpoint's layers, and must not be a single
+    checkpoint of the same span (that would recurse forever).
+    """
+    position = start
+    for item in plan:
+        if item.start != position or item.stop <= item.start:
+            raise ValueError(
+                f"Plan item {item!r} does not start at layer {position} or is empty."
+            )
+        if isinstance(item, Checkpoint):
+            if len(item.body) == 1 and isinstance(item.body[0], Checkpoint) and (
+                item.body[0].start == item.start and item.body[0].stop == item.stop
+            ):
+                raise ValueError(f"Checkpoint {item.start}..{item.stop} nests itself.")
+            validate_plan(item.body, item.start, item.stop)
+        elif not isinstance(item, Layer):
+            raise TypeError(f"Plan items are Layer or Checkpoint, got {type(item).__name__}.")
+        position = item.stop
+    if position != stop:
+        raise ValueError(f"Plan covers layers {start}..{position - 1}, expected up to {stop - 1}.")
+
+
+def _forward_ops(plan: Plan) -> Iterator[Op]:
+    for item in plan:
+        if isinstance(item, Layer):
+            yield (OpKind.F_ALL, item.index)
+        else:
+            yield (OpKind.F_CK, item.start)
+            for k in range(item.start + 1, item.stop):
+                yield (OpKind.F_NONE, k)
+
+
+def _plan_ops(plan: Plan, with_loss: int | None) -> Iterator[Op]:
+    """Ops running ``plan`` forward, then the loss if asked, then the plan backward."""
+    yield from _forward_ops(plan)
+    if with_loss is not None:
+        yield (OpKind.LOSS, with_loss)
+    for item in reversed(plan):
+        if isinstance(item, Layer):
+            yield (OpKind.B, item.index)
+        else:
+            yield from _plan_ops(item.body, None)
+
+
+def plan_to_ops(plan: Plan, length: int) -> tuple[Op, ...]:
+    """Rotor's op sequence for a plan over all ``length`` layers, the loss included."""
+    validate_plan(plan, 0, length)
+    return tuple(_plan_ops(plan, length))
+
+
+def format_plan(plan: Plan) -> str:
+    """A compact one-line rendering: ``0 1 [2 3 [2] 3] 4`` (brackets = checkpoint)."""
+    parts = []
+    for item in plan:
+        if isinstance(item, Layer):
+            parts.append(str(item.index))
+        else:
+            parts.append(f"[{item.start}-{item.stop - 1}: {format_plan(item.body)}]")
+    return " ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """A schedule for a chain.
+
+    Attributes:
+      ops: Rotor's op sequence, ``(OpKind, layer)`` pairs (``layer == L`` for the loss).
+      time: total time under :func:`solver.simulate` with the chain's real sizes.
+      peak: peak memory under :func:`solver.simulate`, ``x[0]`` included.
+      plan: the same schedule as a nested plan of ``Layer`` and ``Checkpoint`` items, which
+        the JAX frontend applies.
+      method: the solver that produced it.
+    """
+
+    ops: tuple[Op, ...]
+    time: float
+    peak: float
+    plan: Plan
+    method: str = ""
+
+    @property
+    def num_forwards(self) -> int:
+        """Number of forward ops (recomputations included)."""
+        return sum(1 for kind, _ in self.ops if kind in (OpKind.F_ALL, OpKind.F_CK, OpKind.F_NONE))
+
+    def forward_counts(self, length: int) -> list[int]:
+        """How many times each layer's forward runs."""
+        counts = [0] * length
+        for kind, i in self.ops:
+            if kind in (OpKind.F_ALL, OpKind.F_CK, OpKind.F_NONE):
+                counts[i] += 1
+        return counts
+
+    def __str__(self) -> str:
+        return (
+            f"Schedule(method={self.method!r}, time={self.time:.6g}, peak={self.peak:.6g}, "
+            f"plan={format_plan(self.plan)})"
+        )
+
+
+def make_schedule(chain: Chain, plan: Plan, method: str = "") -> Schedule:
+    """Build a :class:`Schedule` from a plan, costing it with the simulator."""
+    from .simulate import simulate  # local import: simulate imports this module
+
+    ops = plan_to_ops(plan, chain.length)
+    time, peak = simulate(chain, ops)
+    return Schedule(ops=ops, time=time, peak=peak, plan=tuple(plan), method=method)
