@@ -1,0 +1,5 @@
+from .budget import format_bytes, parse_budget
+from .meter import activation_memory, program_memory
+from .plan import Plan
+from .profile import profile_layers
+from .sequence import RematSequence, remat_sequence

@@ -17,4 +17,13 @@ from .schedule import (
     plan_to_ops,
     validate_plan,
 )
-from .simulate import MemoryState, apply_op, drop, initial_state, simulate
+from .simulate import MemoryState, apply_op, drop, initial_state, memory_trace, simulate
+from .checkpoint_set import CheckpointSet
+from .baselines import BASELINE_METHODS, baseline_schedule
+from .exhaustive import ExhaustiveResult, exhaustive_optimum, exhaustive_search
+from .chains import random_chain, resnet_like, transformer_like
+from .rotor import RotorTable, min_peak_schedule, rotor_min_budget
+from .solve import METHODS, solve
+from .acg import checkpoint_search
+from .graph_model import graph_segments, training_memory
+from .graph_simulate import schedule_graph, simulate_graph

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Iterator, Union
+from typing import Union
 
 from .chain import Chain
 
@@ -84,65 +84,89 @@ Plan = tuple[Union[Layer, Checkpoint], ...]
 def validate_plan(plan: Plan, start: int, stop: int) -> None:
     """Raise ``ValueError`` unless ``plan`` covers layers ``start .. stop-1`` exactly once.
 
-    A checkpoint's body must itself cover the checkpoint's layers, and must not be a single
-    checkpoint of the same span (that would recurse forever).
+    A checkpoint's body must itself cover the checkpoint's layers and must end with a
+    ``Layer``: a body ending in a checkpoint would store the segment's output on its own
+    during the recomputation, where nothing frees it (Rotor's DP never builds one).
+    Iterative, so plans nested thousands of levels deep are fine.
     """
-    position = start
-    for item in plan:
-        if item.start != position or item.stop <= item.start:
+    pending = [(plan, start, stop, False)]
+    while pending:
+        items, first, last, is_body = pending.pop()
+        position = first
+        for item in items:
+            if isinstance(item, Checkpoint):
+                if item.stop <= item.start:
+                    raise ValueError(f"Checkpoint {item.start}..{item.stop} is empty.")
+                pending.append((item.body, item.start, item.stop, True))
+            elif not isinstance(item, Layer):
+                raise TypeError(f"Plan items are Layer or Checkpoint, got {type(item).__name__}.")
+            if item.start != position:
+                raise ValueError(f"Plan item {item!r} does not start at layer {position}.")
+            position = item.stop
+        if position != last:
             raise ValueError(
-                f"Plan item {item!r} does not start at layer {position} or is empty."
+                f"Plan covers layers {first}..{position - 1}, expected {first}..{last - 1}."
             )
-        if isinstance(item, Checkpoint):
-            if len(item.body) == 1 and isinstance(item.body[0], Checkpoint) and (
-                item.body[0].start == item.start and item.body[0].stop == item.stop
-            ):
-                raise ValueError(f"Checkpoint {item.start}..{item.stop} nests itself.")
-            validate_plan(item.body, item.start, item.stop)
-        elif not isinstance(item, Layer):
-            raise TypeError(f"Plan items are Layer or Checkpoint, got {type(item).__name__}.")
-        position = item.stop
-    if position != stop:
-        raise ValueError(f"Plan covers layers {start}..{position - 1}, expected up to {stop - 1}.")
+        if is_body and not isinstance(items[-1], Layer):
+            raise ValueError(
+                f"The body of checkpoint {first}..{last - 1} ends with a checkpoint; end it with "
+                f"Layer({last - 1}) (recompute the last layer with its tape)."
+            )
 
 
-def _forward_ops(plan: Plan) -> Iterator[Op]:
+def _forward_ops(plan: Plan) -> list[Op]:
+    ops: list[Op] = []
     for item in plan:
         if isinstance(item, Layer):
-            yield (OpKind.F_ALL, item.index)
+            ops.append((OpKind.F_ALL, item.index))
         else:
-            yield (OpKind.F_CK, item.start)
-            for k in range(item.start + 1, item.stop):
-                yield (OpKind.F_NONE, k)
-
-
-def _plan_ops(plan: Plan, with_loss: int | None) -> Iterator[Op]:
-    """Ops running ``plan`` forward, then the loss if asked, then the plan backward."""
-    yield from _forward_ops(plan)
-    if with_loss is not None:
-        yield (OpKind.LOSS, with_loss)
-    for item in reversed(plan):
-        if isinstance(item, Layer):
-            yield (OpKind.B, item.index)
-        else:
-            yield from _plan_ops(item.body, None)
+            ops.append((OpKind.F_CK, item.start))
+            ops.extend((OpKind.F_NONE, k) for k in range(item.start + 1, item.stop))
+    return ops
 
 
 def plan_to_ops(plan: Plan, length: int) -> tuple[Op, ...]:
-    """Rotor's op sequence for a plan over all ``length`` layers, the loss included."""
+    """Rotor's op sequence for a plan over all ``length`` layers, the loss included.
+
+    Each plan runs forward, then (at the top level) the loss, then backward through its items
+    in reverse: ``B(i)`` for a ``Layer``, the whole body plan for a ``Checkpoint``. Built with
+    an explicit stack: linear in the number of ops whatever the nesting depth.
+    """
     validate_plan(plan, 0, length)
-    return tuple(_plan_ops(plan, length))
+    ops: list[Op] = []
+    stack: list[tuple[Plan, bool] | int] = [(plan, True)]
+    while stack:
+        task = stack.pop()
+        if isinstance(task, int):
+            ops.append((OpKind.B, task))
+            continue
+        items, top = task
+        ops.extend(_forward_ops(items))
+        if top:
+            ops.append((OpKind.LOSS, length))
+        for item in items:  # pushed in order, popped in reverse: the backward order
+            stack.append(item.index if isinstance(item, Layer) else (item.body, False))
+    return tuple(ops)
 
 
-def format_plan(plan: Plan) -> str:
-    """A compact one-line rendering: ``0 1 [2 3 [2] 3] 4`` (brackets = checkpoint)."""
-    parts = []
-    for item in plan:
-        if isinstance(item, Layer):
-            parts.append(str(item.index))
-        else:
-            parts.append(f"[{item.start}-{item.stop - 1}: {format_plan(item.body)}]")
-    return " ".join(parts)
+def format_plan(plan: Plan, *, max_depth: int = 8) -> str:
+    """A compact one-line rendering: ``0 1 [2-3: 2 3] 4`` (brackets = checkpoint + body).
+
+    Bodies nested deeper than ``max_depth`` print as ``...``.
+    """
+
+    def render(items: Plan, depth: int) -> str:
+        parts = []
+        for item in items:
+            if isinstance(item, Layer):
+                parts.append(str(item.index))
+            elif depth >= max_depth:
+                parts.append(f"[{item.start}-{item.stop - 1}: ...]")
+            else:
+                parts.append(f"[{item.start}-{item.stop - 1}: {render(item.body, depth + 1)}]")
+        return " ".join(parts)
+
+    return render(plan, 0)
 
 
 @dataclasses.dataclass(frozen=True)

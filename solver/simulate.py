@@ -32,7 +32,7 @@ from typing import Iterable
 from .chain import Chain
 from .schedule import Op, OpKind
 
-__all__ = ["MemoryState", "initial_state", "apply_op", "drop", "simulate"]
+__all__ = ["MemoryState", "initial_state", "apply_op", "drop", "simulate", "memory_trace"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +149,22 @@ def drop(chain: Chain, state: MemoryState, value: tuple[str, int]) -> MemoryStat
     fields = {"x": state.x, "tape": state.tape, "g": state.g}
     fields[name] = mask & ~(1 << k)
     return MemoryState(memory=state.memory - sizes[k], **fields)
+
+
+def memory_trace(chain: Chain, ops: Iterable[Op]) -> list[tuple[Op, float, float]]:
+    """Per op: ``(op, memory after it, its peak candidate)``, for plots and reports.
+
+    Raises ``ValueError`` like :func:`simulate` on an invalid sequence.
+    """
+    state = initial_state(chain)
+    trace = []
+    for position, op in enumerate(ops):
+        try:
+            state, candidate, _ = apply_op(chain, state, op)
+        except ValueError as error:
+            raise ValueError(f"Invalid op at position {position}: {error}") from None
+        trace.append((op, state.memory, candidate))
+    return trace
 
 
 def simulate(chain: Chain, ops: Iterable[Op], *, complete: bool = True) -> tuple[float, float]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from solver import Chain, Checkpoint, Layer, make_schedule, simulate
+from solver import Chain, Checkpoint, Layer, apply_op, drop, initial_state, make_schedule, simulate
 
 CHAIN = Chain(fwd_time=[1, 2], bwd_time=[2, 3], x_size=[1, 2, 3], xbar_size=[2, 3])
 
@@ -36,3 +36,108 @@ def test_checkpoint_everything_recomputes():
 def test_invalid_sequences(ops, message):
     with pytest.raises(ValueError, match=message):
         simulate(CHAIN, ops)
+
+
+# A three-layer chain with temporaries; sizes chosen so that every sum below is distinct.
+TMP = Chain(
+    fwd_time=[1, 2, 3],
+    bwd_time=[10, 20, 30],
+    x_size=[1, 2, 4, 8],
+    xbar_size=[3, 5, 9],
+    fwd_tmp=[1, 2, 3],
+    bwd_tmp=[4, 5, 6],
+)
+NO_TMP = Chain(fwd_time=[1, 2, 3], bwd_time=[10, 20, 30], x_size=[1, 2, 4, 8], xbar_size=[3, 5, 9])
+
+STORE_ALL = [("F_all", 0), ("F_all", 1), ("F_all", 2), ("loss", 3), ("B", 2), ("B", 1), ("B", 0)]
+# F_none(1) reads x[1] from tape[0] and frees that tape; B(0) then needs tape[0] again.
+RECOMPUTE = [
+    ("F_all", 0), ("F_none", 1), ("F_all", 2), ("loss", 3), ("B", 2),
+    ("F_ck", 0), ("F_all", 1), ("B", 1), ("F_all", 0), ("B", 0),
+]
+
+
+def _trace(chain, ops):
+    """(state, peak candidate) after each op, applied one at a time."""
+    state, out = initial_state(chain), []
+    for op in ops:
+        state, candidate, _ = apply_op(chain, state, op)
+        out.append((state, candidate))
+    return out
+
+
+def test_store_all_with_temporaries():
+    # Memory after each op: 4, 9, 18, loss 26 (x[3] sits in tape[2]: nothing freed),
+    # B(2) 26+4=30 then -8-9 = 13 (x[2] sits in tape[1]: kept), B(1) 15 -> 6, B(0) 7 -> 1.
+    # Candidates add fwd_tmp / bwd_tmp: 5, 11, 21, 26, 36, 20, 11.
+    trace = _trace(TMP, STORE_ALL)
+    assert [s.memory for s, _ in trace] == [4, 9, 18, 26, 13, 6, 1]
+    assert [c for _, c in trace] == [5, 11, 21, 26, 36, 20, 11]
+    assert simulate(TMP, STORE_ALL) == (66.0, 36.0)
+    assert simulate(NO_TMP, STORE_ALL) == (66.0, 30.0)  # the same ops without temporaries
+
+
+def test_f_none_frees_the_tape_it_read_from():
+    (after_f_all, _), (after_f_none, candidate) = _trace(TMP, RECOMPUTE[:2])
+    assert (after_f_all.x, after_f_all.tape) == (0b1, 0b1)
+    # F_none(1): x[2] is stored (4 + 4 = 8, + fwd_tmp[1] = 10), then tape[0] is freed.
+    assert candidate == 10
+    assert (after_f_none.x, after_f_none.tape, after_f_none.memory) == (0b101, 0, 5)
+    assert not after_f_none.has_x(1)
+
+
+def test_f_none_frees_an_activation_stored_on_its_own():
+    (_, _), (state, candidate) = _trace(TMP, [("F_ck", 0), ("F_none", 1)])
+    # F_ck(0): 1 + 2 = 3 (+1); F_none(1): 3 + 4 = 7 (+2), then x[1] is freed: 5.
+    assert candidate == 9
+    assert (state.x, state.tape, state.memory) == (0b101, 0, 5)
+
+
+def test_backward_frees_own_input_but_not_a_tape():
+    trace = _trace(TMP, RECOMPUTE)
+    # B(2) with x[2] on its own (from F_none(1)): frees g[3], tape[2] and x[2]: 26 -> 5.
+    state, candidate = trace[4]
+    assert (state.x, state.tape, state.g, state.memory, candidate) == (0b1, 0, 0b100, 5, 32)
+    # B(1) with x[1] on its own (from F_ck(0)): 12 + 2 = 14 (+5), then -4 -5 -2 = 3.
+    state, candidate = trace[7]
+    assert (state.x, state.tape, state.g, state.memory, candidate) == (0b1, 0, 0b10, 3, 19)
+    # In STORE_ALL, B(2) reads x[2] from tape[1] and leaves tape[1] alone: 26 -> 13.
+    state, _ = _trace(TMP, STORE_ALL)[4]
+    assert (state.x, state.tape, state.memory) == (0b1, 0b11, 13)
+    # Forward time 1+2+3+1+2+1, backward 10+20+30; peak at B(2).
+    assert simulate(TMP, RECOMPUTE) == (70.0, 32.0)
+    assert simulate(NO_TMP, RECOMPUTE) == (70.0, 26.0)
+
+
+def test_loss_frees_an_output_stored_on_its_own():
+    # F_ck(0), F_ck(1), F_ck(2): 1+2+4+8 = 15; the loss stores g[3] (23) and frees x[3] (15).
+    state, candidate = _trace(NO_TMP, [("F_ck", 0), ("F_ck", 1), ("F_ck", 2), ("loss", 3)])[-1]
+    assert (candidate, state.memory, state.x, state.g) == (23, 15, 0b111, 0b1000)
+
+
+def test_drop_frees_a_stored_value():
+    state, _ = _trace(NO_TMP, [("F_all", 0), ("F_ck", 1)])[-1]
+    assert state.memory == 1 + 3 + 4
+    assert drop(NO_TMP, state, ("tape", 0)).memory == 5
+    assert drop(NO_TMP, state, ("x", 2)).memory == 4
+    with pytest.raises(ValueError, match="not stored"):
+        drop(NO_TMP, state, ("x", 1))  # x[1] is only inside tape[0]
+
+
+@pytest.mark.parametrize(
+    "ops, message",
+    [
+        ([("F_all", 0), ("F_all", 0)], "tape\\[0\\] is already stored"),
+        ([("F_ck", 0), ("F_ck", 0)], "x\\[1\\] is already stored"),
+        ([("F_ck", 0), ("F_all", 1), ("F_none", 0)], "x\\[1\\] is already stored"),
+        (STORE_ALL[:4] + [("loss", 3)], "g\\[3\\] is already stored"),
+        # F_none(0) frees x[0], which nothing can recompute: B(0) lacks it.
+        ([("F_none", 0), ("F_all", 1), ("F_all", 2), ("loss", 3), ("B", 2), ("B", 1), ("B", 0)],
+         "x\\[0\\]"),
+        ([("F_all", 0), ("F_none", 1), ("F_all", 2), ("loss", 3), ("B", 2), ("B", 1)],
+         "tape\\[1\\], x\\[1\\] not available"),
+    ],
+)
+def test_invalid_sequences_with_three_layers(ops, message):
+    with pytest.raises(ValueError, match=message):
+        simulate(TMP, ops)

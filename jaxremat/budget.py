@@ -1,0 +1,126 @@
+"""Memory budgets: parse what a user writes ("1.5GiB", 800e6, "512 KiB") into bytes.
+
+Units (case-insensitive; a trailing ``b``/``B`` always means *bytes*, never bits):
+
+==========================  ======================================
+``B``, ``byte``, ``bytes``  1 (the default when no unit is given)
+``KiB`` ``MiB`` ``GiB``     1024, 1024**2, 1024**3 (IEC binary)
+``TiB``                     1024**4
+``Ki`` ``Mi`` ``Gi`` ``Ti``  the same binary units without the ``B``
+``K`` ``M`` ``G`` ``T``     binary too: 1024**k (as ``docker --memory 2g`` and
+                            ``java -Xmx2G`` read them, and as :func:`format_bytes`
+                            prints)
+``KB`` ``MB`` ``GB`` ``TB``  1000, 1000**2, 1000**3, 1000**4 (SI decimal)
+==========================  ======================================
+
+The number may be an integer, a decimal or use an exponent (``"2e9"``, ``"1.5GiB"``) and may
+group digits with underscores (``"1_000_000"``); whitespace between number and unit is
+allowed. The result is rounded down to whole bytes and must be at least one byte.
+
+:func:`format_bytes` (re-exported from :mod:`solver.errors`) goes the other way.
+"""
+
+from __future__ import annotations
+
+import decimal
+import fractions
+import math
+import numbers
+import re
+
+import numpy as np
+
+from solver.errors import format_bytes
+
+__all__ = ["parse_budget", "format_bytes"]
+
+_MAX_EXPONENT = 60  # keeps "1e999999999" from building a gigantic integer
+_BINARY = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_DECIMAL = {"k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
+
+_EXAMPLES = (
+    "valid budgets look like 2_000_000_000 (bytes), 1.5e9, '1.5GiB', '800MB', '512 KiB', "
+    "'2e9', '1_000_000' or '4G' (binary units KiB/MiB/GiB/TiB and K/M/G/T = 1024**k; "
+    "decimal units KB/MB/GB/TB = 1000**k)"
+)
+
+# A number (digits may be grouped by single underscores) then an optional unit.
+_NUMBER = r"(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:e[+-]?\d+)?"
+_PATTERN = re.compile(
+    rf"^\s*(?P<sign>[+-]?)(?P<number>{_NUMBER})\s*(?P<unit>[a-z]*)\s*$", re.IGNORECASE
+)
+
+
+def _unit_multiplier(unit: str) -> int | None:
+    """Bytes per ``unit`` (already lower-cased), or ``None`` if the unit is unknown."""
+    if unit in ("", "b", "byte", "bytes"):
+        return 1
+    prefix, rest = unit[0], unit[1:]
+    if prefix not in _BINARY:
+        return None
+    if rest in ("", "i", "ib"):
+        return _BINARY[prefix]
+    if rest == "b":
+        return _DECIMAL[prefix]
+    return None
+
+
+def _checked(value: fractions.Fraction, shown: object) -> int:
+    """Round ``value`` down to bytes; reject anything below one byte."""
+    result = math.floor(value)
+    if result < 1:
+        if value > 0:
+            reason = "is less than one byte"
+        elif value == 0:
+            reason = "is zero"
+        else:
+            reason = "is negative"
+        raise ValueError(f"Memory budget {shown!r} {reason}; {_EXAMPLES}.")
+    return int(result)
+
+
+def parse_budget(budget: int | float | str) -> int:
+    """The memory budget ``budget`` in bytes, rounded down.
+
+    Args:
+      budget: a positive number of bytes (``int``, ``float`` or a numpy scalar; floats are
+        rounded down) or a string such as ``"1.5GiB"``, ``"800MB"``, ``"512 KiB"``,
+        ``"2e9"`` or ``"1_000_000"``; see the module docstring for the units.
+
+    Returns:
+      The budget as a Python ``int`` of at least one byte.
+
+    Raises:
+      TypeError: ``budget`` is a bool or not a number or string.
+      ValueError: the string cannot be parsed, or the value is zero, negative, below one
+        byte, NaN or infinite. The message repeats the bad value and shows valid examples.
+    """
+    if isinstance(budget, (bool, np.bool_)):
+        raise TypeError(f"Memory budget {budget!r} is a bool, not a size; {_EXAMPLES}.")
+    if isinstance(budget, numbers.Integral):
+        return _checked(fractions.Fraction(int(budget)), budget)
+    if isinstance(budget, numbers.Real):
+        value = float(budget)
+        if not math.isfinite(value):
+            raise ValueError(f"Memory budget {budget!r} is not finite; {_EXAMPLES}.")
+        return _checked(fractions.Fraction(value), budget)
+    if isinstance(budget, str):
+        match = _PATTERN.match(budget)
+        if match is None:
+            raise ValueError(f"Cannot parse the memory budget {budget!r}; {_EXAMPLES}.")
+        multiplier = _unit_multiplier(match["unit"].lower())
+        if multiplier is None:
+            raise ValueError(
+                f"Unknown unit {match['unit']!r} in the memory budget {budget!r}; {_EXAMPLES}."
+            )
+        digits = decimal.Decimal(match["sign"] + match["number"].replace("_", ""))
+        if digits and not -_MAX_EXPONENT <= digits.adjusted() <= _MAX_EXPONENT:
+            raise ValueError(
+                f"Memory budget {budget!r} is out of any sensible range (more than "
+                f"1e{_MAX_EXPONENT} or less than 1e-{_MAX_EXPONENT}); {_EXAMPLES}."
+            )
+        return _checked(fractions.Fraction(digits) * multiplier, budget)
+    raise TypeError(
+        f"A memory budget must be a number of bytes or a string, got {budget!r} of type "
+        f"{type(budget).__name__}; {_EXAMPLES}."
+    )

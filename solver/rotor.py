@@ -1,0 +1,302 @@
+"""Rotor's dynamic program: the fastest persistent schedule under a memory budget.
+
+Implements the recurrence of ALGORITHMS.md section 2 (Beaumont et al., "Optimal
+checkpointing for heterogeneous chains", arXiv:1911.13214, section 4; weak memory
+persistence from the ACM TOMS version) with one correction.
+
+**Correction.** In the chain option ``F_all(i), solve (i+1, l), B(i)``, the forward
+``F_all(i)`` runs while the incoming gradient ``g[l+1]`` is held, so it needs
+``cw[l+1] + cbw[i+1] + ftmp[i]``; ``B(i)`` needs ``cw[i] + cw[i+1] + cbw[i+1] + btmp[i]``.
+The published recurrence writes the chain option as ``Opt[m][i][i] + Opt[m - cbw[i+1]][i+1][l]``,
+so it checks ``F_all(i)`` as if ``g[i+1]`` were held (``cw[i+1] + cbw[i+1] + ftmp[i]``):
+with ``cw[l+1] > cw[i+1]`` and a nonzero ``fwd_tmp`` its schedule can exceed the budget
+under :func:`solver.simulate`; with ``cw[l+1] < cw[i+1]`` it rejects valid schedules (even
+"store everything" at its own peak). We check exactly the two terms above, plus the
+sub-solve's feasibility, and cost the option ``fw[i] + bw[i] + Opt[m - cbw[i+1]][i+1][l]``.
+With it, the DP's memory model agrees with the simulator: its schedules fit, and its
+minimum budget is the simulated peak of its minimum-peak plan (tests/test_rotor.py checks
+both, against a brute-force recursion, and that the DP never loses to a baseline plan).
+
+Memory is discretised: a table built for ``max_budget`` with ``slots`` slots has unit
+``max_budget / slots`` and sizes rounded **up** to units, so every schedule it returns fits
+the real budget. When every size is an integer and ``slots >= max_budget`` the unit is 1 and
+the table is exact. One table answers every budget up to ``max_budget``
+(:meth:`RotorTable.schedule`).
+
+The minimum budget of persistent schedules is computed exactly (real sizes, no rounding) by
+the same recurrence read as a min-max (:func:`min_peak_schedule`, :func:`rotor_min_budget`);
+its plan is the fallback when rounding makes the table infeasible at a budget that is
+nevertheless large enough.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .chain import Chain
+from .errors import InfeasibleBudget
+from .schedule import Checkpoint, Layer, Plan, Schedule, make_schedule
+from . import rotor_kernels as kernels
+
+__all__ = [
+    "RotorTable",
+    "min_peak_schedule",
+    "rotor_min_budget",
+    "plan_from_decisions",
+    "plan_depth",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Padded:
+    """Rotor's padded arrays (float64, real units); see :mod:`solver.rotor_kernels`."""
+
+    cw: np.ndarray  # L + 2
+    cbw: np.ndarray  # L + 2
+    ftmp: np.ndarray  # L + 1
+    btmp: np.ndarray  # L + 1
+    fw: np.ndarray  # L + 1
+    bw: np.ndarray  # L + 1
+
+
+def _padded(chain: Chain) -> _Padded:
+    zero = np.zeros(1)
+    return _Padded(
+        cw=np.concatenate([chain.x_size, zero]),
+        cbw=np.concatenate([zero, chain.xbar_size, zero]),
+        ftmp=np.concatenate([chain.fwd_tmp, zero]),
+        btmp=np.concatenate([chain.bwd_tmp, zero]),
+        fw=np.concatenate([chain.fwd_time, zero]),
+        bw=np.concatenate([chain.bwd_time, zero]),
+    )
+
+
+def plan_from_decisions(length: int, decide: Callable[[int, int], int]) -> Plan:
+    """Build the nested plan of ``(0, L)`` from DP decisions, without recursion.
+
+    ``decide(i, l)`` gives the decision for the subproblem ``(i, l)``, ``i < l``: 0 for
+    the chain option (``Layer(i)``, continue with ``(i+1, l)``) or ``j`` for the leaf option
+    (``Checkpoint(i, j, plan of (i, j-1))``, continue with ``(j, l)``). Subproblems are
+    visited depth first, a checkpoint's body before the rest of its spine: the order in
+    which :func:`solver.rotor_kernels.trace_time_plan` emits decisions. The subproblem
+    ``(l, l)`` is ``Layer(l)``, or nothing for the loss (``l == L``).
+    """
+    # Each frame: [i, l, items, checkpoint_start, checkpoint_stop] of one spine.
+    root: list = [0, length, [], -1, -1]
+    stack = [root]
+    result: Plan | None = None
+    while stack:
+        frame = stack[-1]
+        descended = False
+        while frame[0] < frame[1]:
+            i, l = frame[0], frame[1]
+            d = int(decide(i, l))
+            if d == 0:
+                frame[2].append(Layer(i))
+                frame[0] = i + 1
+            elif i < d <= l:
+                frame[3], frame[4] = i, d
+                frame[0] = d
+                stack.append([i, d - 1, [], -1, -1])
+                descended = True
+                break
+            else:
+                raise RuntimeError(f"Invalid DP decision {d} for subproblem ({i}, {l}).")
+        if descended:
+            continue
+        if frame[0] < length:
+            frame[2].append(Layer(frame[0]))
+        stack.pop()
+        plan = tuple(frame[2])
+        if stack:
+            parent = stack[-1]
+            parent[2].append(Checkpoint(parent[3], parent[4], plan))
+        else:
+            result = plan
+    assert result is not None
+    return result
+
+
+def plan_depth(plan: Plan) -> int:
+    """How deeply checkpoints nest in ``plan`` (0 for a plan of plain layers)."""
+    deepest, stack = 0, [(plan, 0)]
+    while stack:
+        items, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((item.body, depth + 1) for item in items if isinstance(item, Checkpoint))
+    return deepest
+
+
+def _schedule(chain: Chain, plan: Plan) -> Schedule:
+    return make_schedule(chain, plan, "rotor")
+
+
+@functools.lru_cache(maxsize=8)
+def _min_peak(chain: Chain) -> tuple[float, np.ndarray]:
+    """``(min_budget, choice)``: exact least peak of persistent schedules and its decisions."""
+    p = _padded(chain)
+    n = chain.length + 1
+    peak = np.empty((n, n), dtype=np.float64)
+    time = np.empty((n, n), dtype=np.float64)
+    choice = np.empty((n, n), dtype=np.int64)
+    kernels.fill_min_peak(p.cw, p.cbw, p.ftmp, p.btmp, p.fw, p.bw, peak, time, choice)
+    return float(p.cw[0] + peak[0, chain.length]), choice
+
+
+def rotor_min_budget(chain: Chain) -> float:
+    """The smallest budget at which a persistent (Rotor) schedule exists, exactly.
+
+    ``cw[0] + P[0][L]`` where ``P`` is the min-max form of Rotor's recurrence
+    (ALGORITHMS.md section 2) on the real sizes. O(L^3) time, O(L^2) memory.
+    """
+    return _min_peak(chain)[0]
+
+
+def min_peak_schedule(chain: Chain) -> Schedule:
+    """A persistent schedule whose peak is :func:`rotor_min_budget` (method ``"rotor"``).
+
+    Among equal peaks the DP prefers the option whose plan is faster (a heuristic: the
+    result is not always the fastest minimum-peak schedule), so use it where nothing else
+    fits.
+    """
+    _, choice = _min_peak(chain)
+    plan = plan_from_decisions(chain.length, lambda i, l: choice[i, l])
+    return _schedule(chain, plan)
+
+
+def _to_units(values: np.ndarray, unit: float, cap: int) -> np.ndarray:
+    """Sizes in whole units, rounded up, clipped at ``cap`` (anything above is infeasible)."""
+    units = np.ceil(np.asarray(values, dtype=np.float64) / unit)
+    return np.minimum(units, cap).astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RotorTable:
+    """Rotor's DP table for ``chain``, built once for ``max_budget``, queried per budget.
+
+    Attributes:
+      chain: the chain.
+      max_budget: the largest budget the table answers (same units as the chain's sizes).
+      slots: number of memory units ``max_budget`` is divided into (Rotor: 500).
+      unit: the size of one slot (1 when exact).
+      capacity: ``M``, the number of units of ``max_budget``.
+      exact: whether no rounding happens (integer sizes and ``slots >= max_budget``).
+      min_budget: the exact smallest budget any persistent schedule fits in.
+
+    Building costs O(L^3 M) time and ``2 (L+1)(L+2) (M+1)`` bytes (float32, triangular).
+    """
+
+    chain: Chain
+    max_budget: float
+    slots: int = 500
+    unit: float = dataclasses.field(init=False)
+    capacity: int = dataclasses.field(init=False)
+    exact: bool = dataclasses.field(init=False)
+    min_budget: float = dataclasses.field(init=False)
+    _arrays: dict = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        budget = float(self.max_budget)
+        if not np.isfinite(budget) or budget <= 0:
+            raise ValueError(f"max_budget must be finite and > 0, got {self.max_budget!r}.")
+        if isinstance(self.slots, bool) or not isinstance(self.slots, (int, np.integer)):
+            raise ValueError(f"slots must be an integer >= 1, got {self.slots!r}.")
+        if self.slots < 1:
+            raise ValueError(f"slots must be >= 1, got {self.slots}.")
+        chain = self.chain
+        exact = chain.is_integral and self.slots >= budget
+        unit = 1.0 if exact else budget / int(self.slots)
+        capacity = int(np.floor(budget)) if exact else int(self.slots)
+        p = _padded(chain)
+        cap = capacity + 1
+        cw, cbw, ftmp, btmp = (_to_units(a, unit, cap) for a in (p.cw, p.cbw, p.ftmp, p.btmp))
+        # Times in float32, scaled by a power of two (exact) so that the largest op time is
+        # in [0.5, 1): no overflow, and integer times stay exact.
+        largest = float(max(p.fw.max(), p.bw.max()))
+        scale = float(2.0 ** np.frexp(largest)[1]) if largest > 0 else 1.0
+        fw = (p.fw / scale).astype(np.float32)
+        bw = (p.bw / scale).astype(np.float32)
+        cum = np.concatenate([[0.0], np.cumsum(p.fw / scale)])
+        n = chain.length + 1
+        off = kernels.row_offsets(n)
+        pairs = int(off[n])
+        mnull = np.empty(pairs, dtype=np.int64)
+        mmin = np.empty(pairs, dtype=np.int64)
+        sat = np.empty(pairs, dtype=np.int64)
+        kernels.fill_bounds(cw, cbw, ftmp, btmp, capacity, off, mnull, mmin, sat)
+        opt = np.empty((pairs, capacity + 1), dtype=np.float32)
+        kernels.fill_time_table(cw, cbw, ftmp, btmp, fw, bw, cum, capacity, off, mnull, mmin,
+                                sat, kernels.block_size(capacity), opt)
+        arrays = dict(cw=cw, cbw=cbw, ftmp=ftmp, btmp=btmp, fw=fw, bw=bw, cum=cum, off=off,
+                      mnull=mnull, mmin=mmin, sat=sat, opt=opt, scale=scale)
+        object.__setattr__(self, "max_budget", budget)
+        object.__setattr__(self, "unit", unit)
+        object.__setattr__(self, "capacity", capacity)
+        object.__setattr__(self, "exact", exact)
+        object.__setattr__(self, "min_budget", rotor_min_budget(chain))
+        object.__setattr__(self, "_arrays", arrays)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the table."""
+        return int(sum(a.nbytes for a in self._arrays.values() if isinstance(a, np.ndarray)))
+
+    def _memory(self, budget: float) -> int:
+        """Units available to ``Opt[.][0][L]`` at ``budget`` (``M_b - cw[0]``), rounded down."""
+        budget = float(budget)
+        if not np.isfinite(budget) or budget <= 0:
+            raise ValueError(f"budget must be finite and > 0, got {budget!r}.")
+        if budget > self.max_budget * (1 + 1e-12):
+            raise ValueError(
+                f"budget {budget:.6g} exceeds the table's max_budget {self.max_budget:.6g}; "
+                f"build RotorTable(chain, max_budget={budget:.6g}) to answer it."
+            )
+        units = self.capacity if budget >= self.max_budget else int(np.floor(budget / self.unit))
+        return min(units, self.capacity) - int(self._arrays["cw"][0])
+
+    def predicted_time(self, budget: float) -> float:
+        """The DP's optimal time at ``budget`` (``inf`` if the rounded table is infeasible)."""
+        a = self._arrays
+        m = self._memory(budget)
+        row = int(a["off"][0] + self.chain.length)
+        if m < a["mmin"][row]:
+            return float("inf")
+        return float(a["opt"][row, m]) * a["scale"]
+
+    def plan(self, budget: float) -> Plan | None:
+        """The DP's optimal plan at ``budget``, or ``None`` if the rounded table is infeasible."""
+        a = self._arrays
+        m = self._memory(budget)
+        row = int(a["off"][0] + self.chain.length)
+        if m < a["mmin"][row]:
+            return None
+        decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["ftmp"], a["btmp"],
+                                            a["fw"], a["bw"], a["cum"], a["off"], a["mnull"],
+                                            a["mmin"], a["sat"], self.capacity, m)
+        if decisions.size and decisions.min() < 0:
+            raise RuntimeError("Rotor's table is inconsistent (a decision could not be found).")
+        sequence = iter(decisions.tolist())
+        plan = plan_from_decisions(self.chain.length, lambda i, l: next(sequence))
+        if next(sequence, None) is not None:
+            raise RuntimeError("Rotor's plan reconstruction left decisions unused.")
+        return plan
+
+    def schedule(self, budget: float) -> Schedule:
+        """The fastest persistent schedule the table finds at ``budget`` (``<= max_budget``).
+
+        If rounding makes the table infeasible although ``budget >= min_budget``, returns the
+        exact minimum-peak schedule instead (:func:`min_peak_schedule`).
+
+        Raises:
+          InfeasibleBudget: ``budget < min_budget``; ``.min_budget`` says what suffices.
+        """
+        if budget < self.min_budget:
+            raise InfeasibleBudget(float(budget), self.min_budget, "rotor")
+        plan = self.plan(budget)
+        if plan is None:
+            return min_peak_schedule(self.chain)
+        return _schedule(self.chain, plan)

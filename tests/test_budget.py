@@ -1,0 +1,145 @@
+"""parse_budget: the parsing table and every error path."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxremat import format_bytes, parse_budget
+from solver import errors
+
+KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
+
+
+@pytest.mark.parametrize(
+    "budget, expected",
+    [
+        # numbers: bytes, floats rounded down
+        (1, 1),
+        (123_456_789, 123_456_789),
+        (2.999, 2),
+        (1.5e9, 1_500_000_000),
+        (np.int64(7), 7),
+        (np.float32(3.5), 3),
+        (2**70, 2**70),  # exact, no float rounding
+        # plain strings
+        ("2e9", 2_000_000_000),
+        ("1_000_000", 1_000_000),
+        ("12345678901234567891", 12345678901234567891),  # exact beyond float precision
+        (" 42 ", 42),
+        ("+42", 42),
+        ("5.", 5),
+        (".5k", 512),
+        ("10b", 10),
+        ("10 B", 10),
+        ("10 bytes", 10),
+        ("1 byte", 1),
+        # binary units, case-tolerant
+        ("512 KiB", 512 * KIB),
+        ("1.5GiB", GIB + GIB // 2),
+        ("1.5gib", GIB + GIB // 2),
+        ("1.5GIB", GIB + GIB // 2),
+        ("3 MiB", 3 * MIB),
+        ("2TiB", 2 * TIB),
+        ("1.5 Mi", MIB + MIB // 2),
+        ("4Gi", 4 * GIB),
+        # bare K/M/G/T are binary (documented choice)
+        ("4G", 4 * GIB),
+        ("4g", 4 * GIB),
+        ("8 M", 8 * MIB),
+        ("1k", KIB),
+        ("1T", TIB),
+        # decimal units
+        ("800MB", 800_000_000),
+        ("800mb", 800_000_000),
+        ("1.5 GB", 1_500_000_000),
+        ("1.5 Gb", 1_500_000_000),  # 'b' is bytes, never bits
+        ("3 KB", 3000),
+        ("1TB", 10**12),
+        ("2.5e3 KB", 2_500_000),
+        ("1e-3 KB", 1),
+        ("1.0000001 KiB", 1024),  # rounded down
+    ],
+)
+def test_parse_table(budget, expected):
+    result = parse_budget(budget)
+    assert result == expected
+    assert type(result) is int
+
+
+@pytest.mark.parametrize(
+    "budget, error, fragment",
+    [
+        (0, ValueError, "is zero"),
+        (-1, ValueError, "is negative"),
+        (0.0, ValueError, "is zero"),
+        (-2.5, ValueError, "is negative"),
+        (0.5, ValueError, "less than one byte"),
+        (math.nan, ValueError, "not finite"),
+        (math.inf, ValueError, "not finite"),
+        (-math.inf, ValueError, "not finite"),
+        (np.float64("nan"), ValueError, "not finite"),
+        (True, TypeError, "is a bool"),
+        (False, TypeError, "is a bool"),
+        (np.bool_(True), TypeError, "is a bool"),
+        (None, TypeError, "NoneType"),
+        ([1], TypeError, "list"),
+        (b"1GiB", TypeError, "bytes"),
+        ("", ValueError, "Cannot parse"),
+        ("abc", ValueError, "Cannot parse"),
+        ("GiB", ValueError, "Cannot parse"),
+        ("nan", ValueError, "Cannot parse"),
+        ("inf", ValueError, "Cannot parse"),
+        ("1e3.5", ValueError, "Cannot parse"),
+        ("1__000", ValueError, "Cannot parse"),
+        ("_1000", ValueError, "Cannot parse"),
+        ("1,000", ValueError, "Cannot parse"),
+        ("1 GiB 2", ValueError, "Cannot parse"),
+        ("1 XB", ValueError, "Unknown unit 'XB'"),
+        ("1 kbit", ValueError, "Unknown unit 'kbit'"),
+        ("1 GiBs", ValueError, "Unknown unit"),
+        ("0", ValueError, "is zero"),
+        ("0 GiB", ValueError, "is zero"),
+        ("-5GiB", ValueError, "is negative"),
+        ("0.1", ValueError, "less than one byte"),
+        ("1e-4 KB", ValueError, "less than one byte"),
+        ("1e999999999", ValueError, "sensible range"),
+        ("1e-999999999", ValueError, "sensible range"),
+    ],
+)
+def test_errors_show_value_and_examples(budget, error, fragment):
+    with pytest.raises(error) as info:
+        parse_budget(budget)
+    message = str(info.value)
+    assert fragment in message
+    assert repr(budget) in message  # the bad value is shown...
+    assert "'1.5GiB'" in message and "'800MB'" in message  # ...with valid examples
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=10**15),
+    st.sampled_from(
+        [("", 1), ("KiB", KIB), ("MiB", MIB), ("GiB", GIB), ("KB", 1000), ("MB", 10**6), ("G", GIB)]
+    ),
+)
+def test_integer_strings_are_exact(n, unit):
+    suffix, factor = unit
+    assert parse_budget(f"{n}{suffix}") == n * factor
+    assert parse_budget(f"{n:_} {suffix.lower()}") == n * factor
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=1.0, max_value=2.0**52, allow_nan=False, allow_infinity=False))
+def test_floats_round_down(x):
+    assert parse_budget(x) == math.floor(x)
+    # below 2**53 the shortest repr() of a float has the same integer part as the float
+    assert parse_budget(repr(x)) == math.floor(x)
+    assert parse_budget(x * 1e10) == math.floor(x * 1e10)
+
+
+def test_format_bytes_is_the_solver_one():
+    assert format_bytes is errors.format_bytes
+    assert parse_budget(format_bytes(3 * GIB).replace(" ", "")) == 3 * GIB

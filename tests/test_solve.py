@@ -1,0 +1,167 @@
+"""``solve``: Rotor never loses to a baseline, budgets are respected, errors are clear."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from solver import Chain, InfeasibleBudget, Layer, make_schedule, simulate
+from solver.baselines import BASELINE_METHODS, baseline_schedule
+from solver.rotor import RotorTable, rotor_min_budget
+from solver.solve import solve
+
+
+def random_real_chain(rng: np.random.Generator, length: int) -> Chain:
+    x = rng.uniform(0.1, 10.0, length + 1)
+    return Chain(
+        fwd_time=rng.uniform(0.0, 3.0, length),
+        bwd_time=rng.uniform(0.0, 6.0, length),
+        x_size=x,
+        xbar_size=x[1:] * rng.uniform(1.0, 3.0, length),
+        fwd_tmp=rng.uniform(0.0, 4.0, length) * (rng.random(length) < 0.5),
+        bwd_tmp=rng.uniform(0.0, 4.0, length) * (rng.random(length) < 0.5),
+    )
+
+
+@st.composite
+def integer_chains(draw, max_layers=7):
+    L = draw(st.integers(1, max_layers))
+    ints = lambda n, lo, hi: draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n))
+    x = ints(L + 1, 0, 8)
+    extra = ints(L, 0, 6)
+    return Chain(
+        fwd_time=ints(L, 0, 5),
+        bwd_time=ints(L, 0, 5),
+        x_size=x,
+        xbar_size=[x[i + 1] + extra[i] for i in range(L)],
+        fwd_tmp=ints(L, 0, 4),
+        bwd_tmp=ints(L, 0, 4),
+    )
+
+
+def no_remat_peak(chain: Chain) -> float:
+    return make_schedule(chain, tuple(Layer(i) for i in range(chain.length))).peak
+
+
+def fitting_baselines(chain: Chain, budget: float):
+    for method in BASELINE_METHODS:
+        try:
+            yield baseline_schedule(chain, method, budget)
+        except InfeasibleBudget:
+            pass
+
+
+@settings(max_examples=40, deadline=None)
+@given(integer_chains())
+def test_exact_dp_alone_beats_every_fitting_baseline(chain):
+    # Every baseline plan is a persistent schedule, so the exact DP (no rounding) must find
+    # one at least as fast, and fit wherever a baseline fits.
+    top = int(no_remat_peak(chain)) + 1
+    table = RotorTable(chain, top, slots=top)
+    for budget in range(1, top + 1):
+        baselines = list(fitting_baselines(chain, budget))
+        if budget < table.min_budget:
+            assert not baselines
+            continue
+        dp = table.schedule(budget)
+        for baseline in baselines:
+            assert dp.time <= baseline.time, (budget, baseline.method)
+
+
+def test_solve_beats_every_fitting_baseline_on_real_chains():
+    rng = np.random.default_rng(11)
+    checked = 0
+    for _ in range(12):
+        chain = random_real_chain(rng, int(rng.integers(2, 40)))
+        low, high = rotor_min_budget(chain), no_remat_peak(chain)
+        for budget in np.linspace(low, high * 1.05, 9):
+            schedule = solve(chain, budget, slots=500)
+            assert schedule.peak <= budget * (1 + 1e-9)
+            assert simulate(chain, schedule.ops) == (schedule.time, schedule.peak)
+            for baseline in fitting_baselines(chain, budget):
+                assert schedule.time <= baseline.time
+                checked += 1
+    assert checked > 100
+
+
+def test_slot_rounding_never_exceeds_the_budget():
+    # Just above the exact minimum, rounding sizes up to budget/500 makes the table
+    # infeasible; solve must fall back to the minimum-peak schedule, never overflow.
+    rng = np.random.default_rng(5)
+    fallbacks = 0
+    for _ in range(25):
+        chain = random_real_chain(rng, int(rng.integers(1, 25)))
+        low = rotor_min_budget(chain)
+        for factor in (1.0, 1.0 + 1e-9, 1.001, 1.01, 1.1, 1.5, 3.0):
+            budget = low * factor
+            table = RotorTable(chain, budget, slots=500)
+            fallbacks += table.predicted_time(budget) == math.inf
+            schedule = solve(chain, budget, slots=500)
+            assert schedule.peak <= budget * (1 + 1e-9)
+    assert fallbacks > 0, "these budgets were meant to exercise the min-peak fallback"
+
+
+@settings(max_examples=60, deadline=None)
+@given(integer_chains())
+def test_infeasible_budget_reports_the_smallest_budget(chain):
+    min_budget = rotor_min_budget(chain)
+    assert min_budget == int(min_budget)
+    if min_budget >= 2:
+        with pytest.raises(InfeasibleBudget) as info:
+            solve(chain, min_budget - 1)
+        assert info.value.min_budget == min_budget
+        assert info.value.method == "rotor"
+        assert f"is {min_budget:.6g}" in str(info.value)
+    schedule = solve(chain, max(min_budget, 1))
+    assert schedule.peak <= max(min_budget, 1)
+
+
+def test_infeasible_message_for_a_real_chain():
+    chain = random_real_chain(np.random.default_rng(2), 10)
+    need = rotor_min_budget(chain)
+    with pytest.raises(InfeasibleBudget, match="smallest budget that works") as info:
+        solve(chain, need * 0.9)
+    assert info.value.min_budget == need
+    assert solve(chain, need).peak <= need * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("budget", [0, -1.0, float("nan"), float("inf"), "10", None, True])
+def test_bad_budget(budget):
+    with pytest.raises(ValueError, match="budget"):
+        solve(Chain.homogeneous(4), budget)
+
+
+@pytest.mark.parametrize("slots", [0, -3, 2.5, True])
+def test_bad_slots(slots):
+    with pytest.raises(ValueError, match="slots"):
+        solve(Chain.homogeneous(4), 10.0, slots=slots)
+
+
+def test_unknown_method_lists_methods():
+    with pytest.raises(ValueError, match="revolve"):
+        solve(Chain.homogeneous(4), 10.0, method="chen")
+
+
+@pytest.mark.parametrize("method", BASELINE_METHODS)
+def test_baseline_methods_delegate(method):
+    chain = random_real_chain(np.random.default_rng(4), 16)
+    budget = no_remat_peak(chain) * 2
+    assert solve(chain, budget, method=method) == baseline_schedule(chain, method, budget)
+
+
+def test_two_hundred_layers():
+    rng = np.random.default_rng(0)
+    chain = random_real_chain(rng, 200)
+    low, high = rotor_min_budget(chain), no_remat_peak(chain)
+    budget = low + 0.2 * (high - low)
+    schedule = solve(chain, budget)
+    assert simulate(chain, schedule.ops) == (schedule.time, schedule.peak)
+    assert schedule.peak <= budget
+    assert schedule.method == "rotor"
+    total = chain.fwd_time.sum() + chain.bwd_time.sum()
+    assert total < schedule.time < total + chain.fwd_time.sum() * 5
+    for baseline in fitting_baselines(chain, budget):
+        assert schedule.time <= baseline.time
