@@ -1,0 +1,156 @@
+"""``Plan``: what :class:`jaxremat.RematSequence` decided for one input signature, and why.
+
+A plan bundles the profiled chain (``solver.Chain``, bytes and seconds), the solver's
+``solver.Schedule`` and a per-layer table: input bytes, tape bytes, transients, forward and
+backward cost, how many times the layer's forward runs, and the decision (tape stored,
+input kept as a checkpoint, recomputed ``n`` times). ``print(plan)`` shows it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from solver import Chain, Checkpoint, Layer, Schedule, format_bytes, format_plan, make_schedule
+
+from .profile import LayerProfile
+
+__all__ = ["Plan"]
+
+
+def _format_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def _checkpoint_starts(plan: Any) -> set[int]:
+    """Layers whose input a top-level checkpoint keeps."""
+    return {item.start for item in plan if isinstance(item, Checkpoint)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A solved rematerialization plan for one input signature.
+
+    Attributes:
+      chain: the profiled chain (per example when the sequence ran under ``jax.vmap`` and
+        the batch was detected; see :class:`jaxremat.RematSequence`).
+      schedule: the solver's schedule for ``chain`` (``schedule.plan`` is what is applied).
+      budget: the budget in bytes, as given (for the whole batch).
+      method, backend, costs: how the plan was made and is applied.
+      layers: the per-layer profile (:class:`jaxremat.profile.LayerProfile`).
+      batch_size: the ``jax.vmap`` batch the chain is multiplied by (1 without vmap).
+      input_grad: whether the sequence's input was being differentiated when the plan was
+        made; if not, the first layer was profiled without computing ``g[0]``.
+    """
+
+    chain: Chain
+    schedule: Schedule
+    budget: int
+    method: str
+    backend: str
+    costs: str
+    layers: tuple[LayerProfile, ...]
+    batch_size: int = 1
+    input_grad: bool = True
+
+    @property
+    def predicted_peak(self) -> float:
+        """Predicted peak bytes of a training step through the sequence (input ``x``,
+        stored activations and tapes, gradients, transients; not parameters or their
+        gradients), for the whole batch."""
+        return float(self.schedule.peak) * self.batch_size
+
+    @property
+    def predicted_time(self) -> float:
+        """Predicted time of the forward and backward passes, recomputation included, in the
+        chain's time unit (roofline or measured seconds), for the whole batch."""
+        return float(self.schedule.time) * self.batch_size
+
+    @property
+    def no_remat_peak(self) -> float:
+        """Predicted peak of the same step storing every tape (no rematerialization)."""
+        plan = tuple(Layer(i) for i in range(self.chain.length))
+        return float(make_schedule(self.chain, plan).peak) * self.batch_size
+
+    @property
+    def no_remat_time(self) -> float:
+        """Predicted time of the same step without recomputation."""
+        return float(self.chain.fwd_time.sum() + self.chain.bwd_time.sum()) * self.batch_size
+
+    @property
+    def forward_counts(self) -> list[int]:
+        """How many times each layer's forward runs in a training step."""
+        return self.schedule.forward_counts(self.chain.length)
+
+    def decisions(self) -> list[str]:
+        """Per layer: ``"store tape"``, or how often it is recomputed (and whether a
+        top-level checkpoint keeps its input)."""
+        kept = _checkpoint_starts(self.schedule.plan)
+        result = []
+        for i, count in enumerate(self.forward_counts):
+            if count <= 1:
+                result.append("store tape")
+                continue
+            text = f"recompute x{count - 1}"
+            result.append(text + (", keep input" if i in kept else ""))
+        return result
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The per-layer table as dictionaries (bytes, seconds, counts, decision)."""
+        rows = []
+        for layer, count, decision in zip(self.layers, self.forward_counts, self.decisions()):
+            rows.append({
+                "layer": layer.index,
+                "input_bytes": layer.input_bytes,
+                "tape_bytes": layer.tape_bytes,
+                "fwd_tmp": layer.fwd_tmp,
+                "bwd_tmp": layer.bwd_tmp,
+                "fwd_time": layer.fwd_time,
+                "bwd_time": layer.bwd_time,
+                "fwd_flops": layer.fwd_flops,
+                "bwd_flops": layer.bwd_flops,
+                "forwards": count,
+                "decision": decision,
+            })
+        return rows
+
+    def report(self) -> str:
+        """A readable summary and the per-layer table."""
+        per = " per example" if self.batch_size > 1 else ""
+        lines = [
+            f"jaxremat plan: {self.chain.length} layers, method={self.method!r}"
+            + (f" (best schedule: {self.schedule.method!r})"
+               if self.schedule.method and self.schedule.method != self.method else "")
+            + f", backend={self.backend!r}, costs={self.costs!r}"
+            + (f", vmap batch {self.batch_size}" if self.batch_size > 1 else ""),
+            f"  budget          {format_bytes(self.budget)} ({self.budget} bytes)",
+            f"  predicted peak  {format_bytes(self.predicted_peak)} "
+            f"({self.predicted_peak / self.budget:.0%} of budget; no remat: "
+            f"{format_bytes(self.no_remat_peak)})",
+            f"  predicted time  {_format_time(self.predicted_time)} "
+            f"({self.predicted_time / max(self.no_remat_time, 1e-300):.3f}x no remat)",
+            f"  plan            {format_plan(self.schedule.plan)}",
+            "",
+            f"  {'layer':>5} {'input':>11} {'tape':>11} {'fwd tmp':>11} {'bwd tmp':>11} "
+            f"{'fwd':>9} {'bwd':>9} {'runs':>4}  decision{per}",
+        ]
+        for row in self.rows():
+            lines.append(
+                f"  {row['layer']:>5} {format_bytes(row['input_bytes']):>11} "
+                f"{format_bytes(row['tape_bytes']):>11} {format_bytes(row['fwd_tmp']):>11} "
+                f"{format_bytes(row['bwd_tmp']):>11} {_format_time(row['fwd_time']):>9} "
+                f"{_format_time(row['bwd_time']):>9} {row['forwards']:>4}  {row['decision']}"
+            )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.report()
+
+    def plot(self, path: Any, **kwargs: Any) -> Any:
+        """Draw the plan to ``path`` with :func:`jaxremat.plot.plot_plan` (needs matplotlib)."""
+        from .plot import plot_plan  # lazy: matplotlib is optional
+
+        return plot_plan(self, path, **kwargs)

@@ -1,0 +1,267 @@
+"""Profile a sequence of JAX layers into Rotor's heterogeneous chain (``solver.Chain``).
+
+For each layer ``i`` (``layers[i](params[i], x[i]) -> x[i+1]``) this module measures the
+quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
+
+* ``x_size[i]``: bytes of the layer's input pytree (``x_size[L]``: the last output).
+* ``xbar_size[i]`` (the *tape*): the residuals ``jax.vjp`` keeps for the layer's backward,
+  minus the parameters (live anyway), the closed-over constants and the input ``x[i]``
+  (counted as ``x_size[i]``), plus the output ``x[i+1]`` when it is not itself a residual.
+  Residuals the pullback never reads are left out (``jax.grad`` removes them as dead code).
+  The residuals are the outputs of ``jax.make_jaxpr(lambda p, x: jax.vjp(layer, p, x))``
+  after the primal outputs; a residual that *is* a parameter, the input or the output is the
+  same jaxpr variable, which is how they are told apart.
+* ``fwd_tmp[i]`` / ``bwd_tmp[i]``: the transient bytes of the layer's forward (the vjp
+  forward, which computes the residuals) and of its backward (the vjp's pullback), measured
+  in program order with the meter of :func:`jaxremat.activation_memory`, with the same
+  accounting as the full training step: parameters and constants are not counted,
+  residuals and the incoming gradient are counted until their last use, the input
+  gradient is counted, parameter gradients are not; in the backward the input ``x[i]``
+  is not counted (the simulator holds it through ``B(i)``, as Rotor's model says; the
+  ``"checkpoint"`` backend really does for a segment's first layer). The chain's
+  transient is what the layer's program peak exceeds the simulator's own accounting by,
+  never negative:
+  ``fwd_tmp = peak(forward) - x_size[i] - xbar_size[i]`` (the forward ends holding its
+  input and tape) and ``bwd_tmp = peak(backward) - inputs(backward) - x_size[i]``, where
+  ``inputs(backward)`` are the counted residuals and ``g[i+1]``, which the simulator holds
+  when ``B(i)`` starts, and ``x_size[i]`` is the new ``g[i]`` the simulator adds. A layer that
+  frees its residuals while its backward runs thus gets ``bwd_tmp`` near zero, as it
+  should: the simulator's ``B(i)`` peak is then what the meter sees.
+* ``fwd_time[i]`` / ``bwd_time[i]``: with ``costs="static"``, a roofline estimate from
+  ``jax.jit(...).lower(...).cost_analysis()``: ``max(flops / PEAK_FLOPS,
+  bytes_accessed / PEAK_BANDWIDTH)`` seconds, the backward lowered from the pullback on the
+  residuals. With ``costs="measured"``, the median wall time of the jitted forward and
+  backward on the default device (see :mod:`jaxremat.timing`).
+
+Where the chain and the meter differ (checked in tests/test_profile.py and
+tests/test_sequence.py, shown by benchmarks/jax_memory.py). The chain follows Rotor's model,
+so it is conservative where JAX frees memory earlier than the model says:
+
+* ``B(i)`` holds the layer's input and tape until ``g[i]`` exists; JAX frees residuals as the
+  backward goes. ``bwd_tmp`` measures the excess over the inputs, clamped at zero, so a
+  layer whose residuals die before ``g[i]`` is made is overestimated by up to ``x_size[i]``.
+* ``tape[i]`` always includes ``x[i+1]``. When neither layer ``i`` nor layer ``i+1`` reads
+  it in its backward (pre-norm residual blocks), JAX frees it after layer ``i+1``'s forward.
+  On the MLP and GPT benchmarks this makes the no-remat prediction about 4% high.
+* A pass-through leaf of a pytree activation (``(h, skip) -> (h', skip)``) is one buffer in
+  JAX but is counted in both ``x[i]`` and ``x[i+1]``.
+* Recomputing the last layer of a segment, JAX computes only the residuals its backward
+  reads, not its output when that is not one of them (a residual block's last matmul);
+  the chain charges the whole forward, so such recomputations cost fewer flops than
+  predicted, and a plan that is cheaper in the chain's time can be slightly dearer in
+  flops than checkpointing every layer.
+* Not modelled: the loss function's memory beyond the gradient of the sequence's output.
+* The meter keeps the operands of a ``jax.checkpoint`` (its input and incoming gradient)
+  live until the whole recomputation and backward of the segment end, while the chain frees
+  the gradient after the segment's last layer's backward. With the ``"checkpoint"``
+  backend the meter can therefore exceed the prediction by one gradient per nesting level
+  (deeply nested revolve plans: up to 1.6x on the conv benchmark); the ``"custom_vjp"``
+  backend, whose backward is inlined, shows no such gap. XLA inlines calls before
+  assigning buffers, so this is a property of the meter's model of calls.
+
+Everything except measured timing works from shapes alone (``jax.ShapeDtypeStruct``), so a
+sequence can be profiled while an outer ``jax.jit`` / ``jax.grad`` / ``jax.vmap`` traces it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import jax
+
+from solver import Chain
+
+from .trace import trace_layer, transients
+from .trees import abstractify, check_layers, check_params, signature, tree_bytes
+
+__all__ = [
+    "PEAK_FLOPS",
+    "PEAK_BANDWIDTH",
+    "LayerProfile",
+    "Profile",
+    "profile_layers",
+    "profile_sequence",
+    "roofline_time",
+]
+
+PEAK_FLOPS = 50e12
+"""Nominal peak arithmetic rate of the static cost model, flop/s (a current datacenter GPU
+in 16-bit precision sustains roughly this order). Only ratios matter to the solver."""
+
+PEAK_BANDWIDTH = 1.5e12
+"""Nominal memory bandwidth of the static cost model, bytes/s."""
+
+COSTS = ("static", "measured")
+
+
+def roofline_time(flops: float, bytes_accessed: float) -> float:
+    """Roofline time estimate in seconds: ``max(flops / PEAK_FLOPS, bytes / PEAK_BANDWIDTH)``."""
+    return max(float(flops) / PEAK_FLOPS, float(bytes_accessed) / PEAK_BANDWIDTH)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerProfile:
+    """What the profiler found for one layer (bytes and seconds).
+
+    Attributes:
+      index: the layer's position.
+      input_bytes, output_bytes: bytes of ``x[i]`` and ``x[i+1]``.
+      tape_bytes: ``xbar_size[i]`` (residuals kept for the backward, output included).
+      fwd_tmp, bwd_tmp: transient bytes of the forward and of the backward.
+      fwd_time, bwd_time: the chain's times (roofline or measured seconds).
+      fwd_flops, bwd_flops: ``cost_analysis()`` flops of the forward and of the backward.
+    """
+
+    index: int
+    input_bytes: int
+    output_bytes: int
+    tape_bytes: int
+    fwd_tmp: int
+    bwd_tmp: int
+    fwd_time: float
+    bwd_time: float
+    fwd_flops: float
+    bwd_flops: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """A profiled sequence: the chain for the solver and the per-layer details."""
+
+    chain: Chain
+    layers: tuple[LayerProfile, ...]
+    costs: str
+
+
+def _flops_and_bytes(fn: Callable, *args: Any) -> tuple[float, float]:
+    """``cost_analysis()`` flops and bytes accessed of ``jax.jit(fn)`` lowered on ``args``."""
+    analysis = jax.jit(fn).lower(*args).cost_analysis()
+    if isinstance(analysis, (list, tuple)):  # older JAX: one dict per computation
+        analysis = analysis[0] if analysis else None
+    if not analysis:
+        return 0.0, 0.0
+    return float(analysis.get("flops", 0.0)), float(analysis.get("bytes accessed", 0.0))
+
+
+def _profile_one(
+    layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool
+) -> tuple[LayerProfile, Any]:
+    traced = trace_layer(layer, p, x, index, input_grad=input_grad)
+    fwd_flops, fwd_bytes = _flops_and_bytes(layer, p, x)
+    bwd_flops, bwd_bytes = _flops_and_bytes(traced.pullback, list(traced.residuals), traced.cotangent)
+    fwd_tmp, bwd_tmp = transients(traced, len(jax.tree.leaves(p)), tree_bytes(x))
+    if costs == "measured":
+        from .timing import measure_layer  # local: only measured costs need it
+
+        measured = measure_layer(layer, p, x, traced, repeats=repeats)
+        fwd_time, bwd_time = measured.fwd_time, measured.bwd_time
+        if measured.fwd_tmp is not None:
+            fwd_tmp, bwd_tmp = measured.fwd_tmp, measured.bwd_tmp
+    else:
+        fwd_time = roofline_time(fwd_flops, fwd_bytes)
+        bwd_time = roofline_time(bwd_flops, bwd_bytes)
+    profile = LayerProfile(
+        index=index,
+        input_bytes=tree_bytes(x),
+        output_bytes=tree_bytes(traced.output),
+        tape_bytes=traced.tape_bytes,
+        fwd_tmp=fwd_tmp,
+        bwd_tmp=bwd_tmp,
+        fwd_time=fwd_time,
+        bwd_time=bwd_time,
+        fwd_flops=fwd_flops,
+        bwd_flops=bwd_flops,
+    )
+    return profile, traced.output
+
+
+def profile_sequence(
+    layers: Sequence[Callable],
+    params: Sequence[Any],
+    x: Any,
+    *,
+    costs: str = "static",
+    progress: bool | None = None,
+    repeats: int = 7,
+    input_grad: bool = True,
+) -> Profile:
+    """Profile ``layers`` on ``params`` and ``x`` into a :class:`Profile` (module docstring).
+
+    Args:
+      layers: functions ``layers[i](params[i], x) -> y``.
+      params: one pytree per layer; arrays, tracers or ``jax.ShapeDtypeStruct`` leaves.
+      x: the sequence's input, same kinds of leaves.
+      costs: ``"static"`` (roofline from ``cost_analysis``, works from shapes, also at trace
+        time) or ``"measured"`` (time each layer's jitted forward and backward on the
+        default device; on a GPU also take transients from ``memory_analysis``).
+      progress: show a progress bar (tqdm); ``None``: only for more than 20 layers or with
+        measured costs.
+      repeats: timed runs per measurement (median taken), measured costs only.
+      input_grad: whether the gradient of ``x`` is needed. When it is not (``jax.grad``
+        with respect to the parameters only), the first layer's backward computes no
+        ``g[0]``, and its tape and transients are profiled that way.
+
+    Layers that are the same function object on the same shapes are profiled once.
+    """
+    layers = check_layers(layers)
+    params = check_params(params, len(layers))
+    if costs not in COSTS:
+        raise ValueError(f"costs must be one of {COSTS}, got {costs!r}.")
+    abstract_params = [abstractify(p, f"params[{i}]") for i, p in enumerate(params)]
+    current = abstractify(x, "the sequence input x")
+    if progress is None:
+        progress = len(layers) > 20 or costs == "measured"
+    indices: Any = range(len(layers))
+    if progress:
+        from tqdm.auto import tqdm
+
+        indices = tqdm(indices, desc="profiling layers", total=len(layers), leave=False)
+    memo: dict[tuple, tuple[LayerProfile, Any]] = {}
+    profiles: list[LayerProfile] = []
+    for i in indices:
+        needs_input_grad = input_grad or i > 0
+        key = (id(layers[i]), signature(abstract_params[i]), signature(current), needs_input_grad)
+        if key in memo:
+            found, output = memo[key]
+            found = dataclasses.replace(found, index=i)
+        else:
+            found, output = _profile_one(layers[i], abstract_params[i], current, i, costs,
+                                         repeats, needs_input_grad)
+            memo[key] = (found, output)
+        profiles.append(found)
+        current = output
+    chain = Chain(
+        fwd_time=[p.fwd_time for p in profiles],
+        bwd_time=[p.bwd_time for p in profiles],
+        x_size=[p.input_bytes for p in profiles] + [profiles[-1].output_bytes],
+        xbar_size=[p.tape_bytes for p in profiles],
+        fwd_tmp=[p.fwd_tmp for p in profiles],
+        bwd_tmp=[p.bwd_tmp for p in profiles],
+    )
+    return Profile(chain=chain, layers=tuple(profiles), costs=costs)
+
+
+def profile_layers(
+    layers: Sequence[Callable],
+    params: Sequence[Any],
+    x: Any,
+    *,
+    costs: str = "static",
+    progress: bool | None = None,
+    input_grad: bool = True,
+) -> Chain:
+    """Rotor's chain (``solver.Chain``, sizes in bytes, times in seconds) of a layer sequence.
+
+    ``layers[i](params[i], x[i]) -> x[i+1]``; ``params`` has one pytree per layer; leaves may
+    be arrays, tracers or ``jax.ShapeDtypeStruct``. See the module docstring for how each
+    field is measured, and :func:`profile_sequence` for the arguments and per-layer details.
+
+    Raises:
+      TypeError: a layer is not callable, or a leaf is not an array.
+      ValueError: ``params`` and ``layers`` differ in length, ``costs`` is unknown, or a
+        layer cannot be traced on its input (the message names the layer).
+    """
+    return profile_sequence(
+        layers, params, x, costs=costs, progress=progress, input_grad=input_grad
+    ).chain

@@ -1,0 +1,254 @@
+"""``remat_sequence``: a layer sequence that rematerializes optimally under a memory budget.
+
+``seq = remat_sequence(layers, budget)`` returns a callable ``seq(params, x)`` equal to
+running ``layers[i](params[i], x)`` in order. The first time it is traced for an input
+signature (pytree structures, shapes and dtypes of ``params`` and ``x``) it profiles the
+layers into a ``solver.Chain`` (:mod:`jaxremat.profile`), solves for the fastest schedule
+whose peak fits the budget (``solver.solve``), caches the result, and applies it
+(:mod:`jaxremat.apply`). Later calls with the same signature reuse the cached plan.
+
+What the budget bounds (the chain's model, ALGORITHMS.md section 1): everything live while
+the sequence runs forward and backward, except the parameters and their gradients -- the
+input ``x`` (``x_size[0]``), the stored activations and tapes, the gradients flowing back,
+and the layers' transients. It does not include what the loss function after the sequence
+needs beyond the gradient of the sequence's output, nor memory outside the sequence.
+
+``jax.vmap``: when the sequence is traced directly under ``jax.vmap`` (``vmap(seq)``,
+``vmap(grad(loss))``, ``jit(vmap(...))``...), the layers are traced per example, and the
+batch size is read from the batched inputs. Activation memory grows linearly with the batch,
+so the schedule is solved on the per-example chain with ``budget / batch``, and the budget
+keeps meaning the whole batch. When a ``jax.jit`` boundary sits between the ``vmap`` and the
+sequence (``vmap(jit(f))``), JAX traces ``f`` per example before batching and the batch
+cannot be seen: the budget then bounds *one example*; pass ``budget / batch`` yourself.
+
+Whether ``x`` is being differentiated is also read at trace time (``jax.grad`` with respect
+to the parameters only does not compute the gradient of the sequence's input, so the first
+layer's backward is cheaper); it is part of the cache key. Inside a user's own
+``jax.checkpoint`` around the sequence this cannot be seen and the input is taken as not
+differentiated.
+
+Sharding: shapes are the global (logical) shapes JAX traces with, so the budget bounds the
+global arrays. For data parallelism over ``n`` devices pass ``n`` times the per-device
+budget. The sharding is not part of the cache key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+import jax
+
+import solver
+from solver import InfeasibleBudget
+
+from .apply import BACKENDS, apply_plan
+from .budget import parse_budget
+from .plan import Plan
+from .profile import COSTS, profile_sequence
+from .trees import abstractify, check_layers, check_params, signature
+
+__all__ = ["METHODS", "RematSequence", "remat_sequence"]
+
+try:  # JAX internals used to read vmap batch sizes and autodiff state at trace time
+    from jax._src.interpreters.ad import JVPTracer, LinearizeTracer
+    from jax._src.interpreters.batching import BatchTracer as _BatchTracer
+
+    _AD_TRACERS: tuple[type, ...] = (JVPTracer, LinearizeTracer)
+except ImportError:  # pragma: no cover - a JAX refactor: assume per example, input grads
+    _BatchTracer = None
+    _AD_TRACERS = ()
+
+METHODS = solver.METHODS
+
+
+def _tracer_chain(leaf: Any) -> Iterator[Any]:
+    """The tracers wrapped inside ``leaf``: through batching tracers to their value and
+    through autodiff tracers to their primal (JAX internals: ``.val``, ``.primal``)."""
+    value = leaf
+    for _ in range(64):  # tracer nesting is shallow; bound the walk anyway
+        if not isinstance(value, jax.core.Tracer):
+            return
+        yield value
+        if _BatchTracer is not None and isinstance(value, _BatchTracer):
+            value = value.val
+        elif hasattr(value, "primal"):
+            value = value.primal
+        else:
+            return
+
+
+def _vmap_batch_size(tree: Any) -> int:
+    """The product of the ``jax.vmap`` batch sizes of the leaves of ``tree`` (1 if none).
+
+    Multiplies the sizes of the batched dimensions of the batching tracers wrapped in each
+    leaf (:func:`_tracer_chain`); the largest product over the leaves.
+    """
+    best = 1
+    for leaf in jax.tree.leaves(tree):
+        size = 1
+        for tracer in _tracer_chain(leaf):
+            if _BatchTracer is not None and isinstance(tracer, _BatchTracer):
+                if isinstance(tracer.batch_dim, int):
+                    size *= int(tracer.val.shape[tracer.batch_dim])
+        best = max(best, size)
+    return best
+
+
+def _differentiated(tree: Any) -> bool:
+    """Whether some leaf of ``tree`` is being differentiated (wraps an autodiff tracer), so
+    that the backward pass needs the gradient of the sequence's input."""
+    return any(
+        isinstance(tracer, _AD_TRACERS)
+        for leaf in jax.tree.leaves(tree)
+        for tracer in _tracer_chain(leaf)
+    )
+
+
+class RematSequence:
+    """A sequence of layers applied with an optimal rematerialization schedule.
+
+    Create it with :func:`remat_sequence`. ``seq(params, x)`` runs the layers; ``seq.plan(
+    params, x)`` returns the :class:`jaxremat.Plan` that call uses. ``profile_count`` counts
+    how many times layers were profiled (once per new input signature).
+    """
+
+    def __init__(
+        self,
+        layers: Sequence[Callable],
+        budget: int | float | str,
+        *,
+        method: str = "rotor",
+        backend: str = "checkpoint",
+        costs: str = "static",
+        slots: int = 500,
+    ) -> None:
+        self._layers = check_layers(layers)
+        self._budget = parse_budget(budget)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}.")
+        if costs not in COSTS:
+            raise ValueError(f"costs must be one of {COSTS}, got {costs!r}.")
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be a positive integer, got {slots!r}.")
+        self._method, self._backend, self._costs, self._slots = method, backend, costs, slots
+        self._cache: dict[tuple, Plan] = {}
+        self.profile_count = 0
+
+    layers = property(lambda self: self._layers, doc="The layer functions.")
+    budget = property(lambda self: self._budget, doc="The budget in bytes.")
+    method = property(lambda self: self._method, doc="The solver method.")
+    backend = property(lambda self: self._backend, doc="How checkpoints are applied.")
+    costs = property(lambda self: self._costs, doc="How layer costs are obtained.")
+    slots = property(lambda self: self._slots, doc="Memory discretisation of the solver.")
+
+    def __len__(self) -> int:
+        return len(self._layers)
+
+    def __repr__(self) -> str:
+        return (
+            f"RematSequence({len(self._layers)} layers, budget={self._budget}, "
+            f"method={self._method!r}, backend={self._backend!r}, costs={self._costs!r})"
+        )
+
+    def _plan(self, params: tuple, x: Any) -> Plan:
+        batch = _vmap_batch_size(x)
+        input_grad = _differentiated(x) if _AD_TRACERS else True
+        abstract_params = [abstractify(p, f"params[{i}]") for i, p in enumerate(params)]
+        abstract_x = abstractify(x, "the sequence input x")
+        key = (signature(abstract_params), signature(abstract_x), batch, input_grad)
+        plan = self._cache.get(key)
+        if plan is not None:
+            return plan
+        profile = profile_sequence(self._layers, abstract_params, abstract_x, costs=self._costs,
+                                   input_grad=input_grad)
+        self.profile_count += 1
+        try:
+            schedule = solver.solve(profile.chain, self._budget / batch, method=self._method,
+                                    slots=self._slots)
+        except InfeasibleBudget as error:
+            raise InfeasibleBudget(
+                self._budget, error.min_budget * batch, self._method, units="bytes"
+            ) from None
+        plan = Plan(
+            chain=profile.chain,
+            schedule=schedule,
+            budget=self._budget,
+            method=self._method,
+            backend=self._backend,
+            costs=self._costs,
+            layers=profile.layers,
+            batch_size=batch,
+            input_grad=input_grad,
+        )
+        self._cache[key] = plan
+        return plan
+
+    def plan(self, params: Sequence[Any], x: Any) -> Plan:
+        """The :class:`jaxremat.Plan` used for inputs like ``params`` and ``x`` (cached).
+
+        Called outside any transformation, ``x`` counts as not differentiated (as under
+        ``jax.grad`` with respect to the parameters); call it inside ``jax.vmap`` or on
+        differentiated inputs to see the plan of those contexts.
+        """
+        return self._plan(check_params(params, len(self._layers)), x)
+
+    def __call__(self, params: Sequence[Any], x: Any) -> Any:
+        """Run the layers on ``x``; the result and its gradients equal the plain sequence's.
+
+        Raises:
+          solver.InfeasibleBudget: no schedule of the method fits the budget; the message
+            gives the smallest budget that does, in bytes and binary units.
+          ValueError / TypeError: ``params`` does not have one entry per layer, a leaf is
+            not an array, or a layer cannot be traced on its input (the layer is named).
+        """
+        params = check_params(params, len(self._layers))
+        plan = self._plan(params, x)
+        return apply_plan(plan.schedule.plan, self._layers, params, x, backend=self._backend)
+
+    @property
+    def cached_plans(self) -> tuple[Plan, ...]:
+        """The plans solved so far, one per input signature seen."""
+        return tuple(self._cache.values())
+
+    def cache_clear(self) -> None:
+        """Forget the cached plans (the next call profiles and solves again)."""
+        self._cache.clear()
+
+
+def remat_sequence(
+    layers: Sequence[Callable],
+    budget: int | float | str,
+    *,
+    method: str = "rotor",
+    backend: str = "checkpoint",
+    costs: str = "static",
+    slots: int = 500,
+) -> RematSequence:
+    """A callable running ``layers`` under an activation-memory ``budget`` (module docstring).
+
+    Args:
+      layers: pure functions ``layers[i](params_i, x) -> y``; activations and parameters are
+        arbitrary pytrees of arrays, and each layer's output feeds the next.
+      budget: bytes (int) or a string such as ``"512MiB"`` (:func:`jaxremat.parse_budget`):
+        the bound on input, activations, tapes, gradients and transients of the sequence's
+        forward and backward passes, parameters and their gradients excluded.
+      method: ``"rotor"`` (optimal persistent schedule, Rotor's dynamic program), or a
+        baseline: ``"none"`` (store everything), ``"every_layer"`` (checkpoint each layer),
+        ``"sqrt"`` (Chen's sqrt(L) segments), ``"revolve"`` (binomial checkpointing).
+      backend: ``"checkpoint"`` (nested ``jax.checkpoint``) or ``"custom_vjp"``
+        (:mod:`jaxremat.apply`).
+      costs: ``"static"`` (roofline from ``cost_analysis``) or ``"measured"`` (timed on the
+        device; :mod:`jaxremat.profile`).
+      slots: memory discretisation of the dynamic program.
+
+    Returns:
+      A :class:`RematSequence`; call it as ``seq(params, x)`` with one parameter pytree per
+      layer, under ``jax.jit``, ``jax.grad``, ``jax.vmap`` as usual.
+
+    Raises:
+      ValueError / TypeError: non-callable layers, a bad budget (zero, negative, NaN,
+        unparsable), or an unknown method, backend or costs.
+    """
+    return RematSequence(layers, budget, method=method, backend=backend, costs=costs, slots=slots)

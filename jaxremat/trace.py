@@ -1,0 +1,181 @@
+"""Trace one layer's vjp and read off what Rotor's chain needs: tape and transients.
+
+See :mod:`jaxremat.profile` for the definitions (ALGORITHMS.md sections 1 and 6). A layer
+``layer(p, x) -> y`` is traced with ``jax.make_jaxpr(lambda p, x: jax.vjp(layer, p, x))``:
+the jaxpr's outputs are ``y`` then the pullback's residuals, and a residual that *is* a
+parameter, the input or the output is the same jaxpr variable, which is how they are told
+apart. The pullback is traced separately on the residuals; its jaxpr says which residuals
+it reads, and both jaxprs are measured with the program-order meter
+(:func:`jaxremat.meter.program_memory`) so that the chain counts memory exactly as
+:func:`jaxremat.activation_memory` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.extend.core import ClosedJaxpr, Literal
+
+from .meter import aval_nbytes, program_memory
+from .trees import cotangent_struct, tree_bytes
+
+__all__ = ["TracedLayer", "trace_layer", "transients"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TracedLayer:
+    """A layer traced on abstract inputs.
+
+    Attributes:
+      forward: the jaxpr of ``jax.vjp(layer, p, x)``: ``(p, x) -> (y, residuals)``.
+      output: ``y`` as a pytree of ``ShapeDtypeStruct``.
+      residuals: the pullback's leaves (``ShapeDtypeStruct``), in order.
+      residual_used: whether the pullback reads each residual. ``jax.vjp`` may keep values
+        its pullback never reads (e.g. the zeros of ``relu``'s derivative); in
+        ``jax.grad`` of a whole loss they are dead code and not kept, so they are not tape.
+      pullback: ``pullback(residuals, cotangent) -> (grad_p, grad_x)`` (``(grad_p,)`` when
+        traced with ``input_grad=False``), a plain function.
+      cotangent: the cotangent type of ``y`` (``float0`` for integer and key leaves).
+      backward: the jaxpr of ``pullback`` on ``(residuals, cotangent of y)``, for memory
+        measurement: it returns the parameter gradients and sums ``g[i]`` at the end.
+      tape_bytes: ``xbar_size[i]``, as defined in :mod:`jaxremat.profile`.
+    """
+
+    forward: ClosedJaxpr
+    output: Any
+    residuals: tuple[jax.ShapeDtypeStruct, ...]
+    residual_used: tuple[bool, ...]
+    pullback: Callable[..., Any]
+    cotangent: Any
+    backward: ClosedJaxpr
+    tape_bytes: int
+
+
+def _layer_error(index: int, x: Any, error: Exception) -> Exception:
+    """Re-raise an exception from tracing layer ``index`` with the layer named."""
+    source = "the sequence input x" if index == 0 else f"the output of layer {index - 1}"
+    shapes = jax.tree.map(lambda s: f"{s.dtype}{list(s.shape)}", x)
+    message = (
+        f"layer {index} failed when traced on {source} (structure and shapes: {shapes}): "
+        f"{type(error).__name__}: {error}"
+    )
+    kind = TypeError if isinstance(error, TypeError) else ValueError
+    return kind(message)
+
+
+def _used_inputs(closed: ClosedJaxpr) -> list[bool]:
+    """For each input of ``closed``: whether an equation or the output reads it."""
+    jaxpr = closed.jaxpr
+    read = {v for eqn in jaxpr.eqns for v in eqn.invars if not isinstance(v, Literal)}
+    read |= {v for v in jaxpr.outvars if not isinstance(v, Literal)}
+    return [v in read for v in jaxpr.invars]
+
+
+def _tape_bytes(forward: ClosedJaxpr, num_outputs: int, output_bytes: int,
+                used: Sequence[bool]) -> int:
+    """Bytes of the residuals the pullback reads, minus params/input/constants, plus the
+    output. ``used[k]``: the pullback reads residual ``k``."""
+    jaxpr = forward.jaxpr
+    outside = set(jaxpr.invars) | set(jaxpr.constvars)
+    outputs = {v for v in jaxpr.outvars[:num_outputs] if not isinstance(v, Literal)}
+    seen: set[Any] = set()
+    total = 0
+    for v, read in zip(jaxpr.outvars[num_outputs:], used):
+        if not read or isinstance(v, Literal) or v in outside or v in outputs or v in seen:
+            continue
+        seen.add(v)
+        total += aval_nbytes(v.aval)
+    return total + output_bytes
+
+
+def _dead_code_removed(closed: ClosedJaxpr, used_outputs: Sequence[bool]) -> ClosedJaxpr:
+    """``closed`` keeping only the outputs marked used and what computes them (all inputs
+    kept), as ``jax.grad`` does before running a forward pass: values that only feed
+    residuals the pullback never reads are not computed at all.
+
+    Uses JAX's own dead-code elimination (``partial_eval.dce_jaxpr``, internal); without it
+    the jaxpr is returned unchanged, which overestimates the transients.
+    """
+    try:
+        from jax._src.interpreters.partial_eval import dce_jaxpr
+    except ImportError:  # pragma: no cover - a JAX refactor
+        return closed
+    jaxpr, _ = dce_jaxpr(closed.jaxpr, list(used_outputs), instantiate=True)
+    return ClosedJaxpr(jaxpr, closed.consts)
+
+
+def transients(traced: "TracedLayer", num_params: int, input_bytes: int) -> tuple[int, int]:
+    """``(fwd_tmp, bwd_tmp)`` of a traced layer, as defined in :mod:`jaxremat.profile`."""
+    forward = traced.forward.jaxpr
+    num_out = len(jax.tree.leaves(traced.output))
+    live_forward = _dead_code_removed(traced.forward, [True] * num_out + list(traced.residual_used))
+    fwd_peak = program_memory(live_forward, exclude_inputs=range(num_params), count_outputs=True)
+    fwd_tmp = max(0, int(fwd_peak) - input_bytes - traced.tape_bytes)
+
+    backward = traced.backward.jaxpr
+    # Not counted in the backward: parameters and constants (live anyway), the input x[i]
+    # (the simulator holds it through B(i)), and residuals the pullback never reads.
+    outside = set(forward.invars) | set(forward.constvars)
+    residual_vars = forward.outvars[num_out:]
+    excluded = [
+        k for k, (v, read) in enumerate(zip(residual_vars, traced.residual_used))
+        if not read or (not isinstance(v, Literal) and v in outside)
+    ]
+    bwd_peak = program_memory(traced.backward, exclude_inputs=excluded, count_outputs=False)
+    held = sum(aval_nbytes(v.aval) for k, v in enumerate(backward.invars) if k not in excluded)
+    bwd_tmp = max(0, int(bwd_peak) - held - input_bytes)
+    return fwd_tmp, bwd_tmp
+
+
+def _pullback_for_memory(pullback: Callable) -> Callable:
+    """``pullback`` whose input gradient stays live to the end, parameter gradients not.
+
+    In the training step the parameter gradients are outputs (not counted by
+    :func:`jaxremat.activation_memory`) but ``g[i]`` is an activation gradient (counted).
+    ``program_memory`` counts all outputs or none, so ``g[i]`` is not returned but summed
+    at the very end: it is then live from its creation to the end (the sums add 4 bytes per
+    leaf, and their scalar outputs are not counted).
+    """
+
+    def wrapped(res: Sequence[Any], cotangent: Any) -> Any:
+        grad_params, *grad_x = pullback(res, cotangent)
+        sink = [jnp.sum(g) for g in jax.tree.leaves(grad_x) if g.dtype != jax.dtypes.float0]
+        return grad_params, sink
+
+    return wrapped
+
+
+def trace_layer(
+    layer: Callable, p: Any, x: Any, index: int, *, input_grad: bool = True
+) -> TracedLayer:
+    """Trace ``jax.vjp(layer, p, x)`` and its pullback on abstract ``p`` and ``x``.
+
+    With ``input_grad=False`` only the parameters are differentiated (``x`` is a constant
+    of the vjp), as ``jax.grad`` does for the first layer when the sequence's input is not
+    differentiated: the backward then computes no ``g[0]``.
+
+    Raises ``ValueError``/``TypeError`` naming ``index`` when the layer cannot be traced on
+    ``x`` (e.g. the previous layer's output does not fit it).
+    """
+    if input_grad:
+        vjp = lambda p, x: jax.vjp(layer, p, x)  # noqa: E731
+    else:
+        vjp = lambda p, x: jax.vjp(lambda q: layer(q, x), p)  # noqa: E731
+    try:
+        forward, (output, vjp_struct) = jax.make_jaxpr(vjp, return_shape=True)(p, x)
+    except Exception as error:  # noqa: BLE001 - re-raised naming the layer
+        raise _layer_error(index, x, error) from error
+    residuals, treedef = jax.tree.flatten(vjp_struct)
+
+    def pullback(res: Sequence[Any], cotangent: Any) -> Any:
+        return jax.tree.unflatten(treedef, res)(cotangent)
+
+    cotangent = jax.tree.map(cotangent_struct, output)
+    backward = jax.make_jaxpr(_pullback_for_memory(pullback))(residuals, cotangent)
+    used = tuple(_used_inputs(backward)[:len(residuals)])
+    tape = _tape_bytes(forward, len(jax.tree.leaves(output)), tree_bytes(output), used)
+    return TracedLayer(forward, output, tuple(residuals), used, pullback, cotangent, backward,
+                       tape)

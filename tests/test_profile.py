@@ -1,0 +1,233 @@
+"""``profile_layers``: the chain's sizes are the bytes JAX keeps, its costs come from XLA.
+
+Tapes are checked on layers whose residuals are known by hand, transients on a layer with a
+large temporary, and the whole chain against the program-order meter: the chain simulator's
+peak of a schedule equals :func:`jaxremat.activation_memory` of that schedule applied in JAX.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import solver
+from jaxremat import activation_memory, profile_layers
+from jaxremat.apply import apply_plan
+from jaxremat.profile import PEAK_BANDWIDTH, PEAK_FLOPS, profile_sequence, roofline_time
+from solver.baselines import every_layer_plan, none_plan, sqrt_plan
+
+B, D_IN, D_OUT = 8, 16, 32
+F32 = 4
+
+
+def _array(seed, shape, scale=0.5):
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(scale * rng.standard_normal(shape), jnp.float32)
+
+
+def linear(p, x):  # residuals: W (a parameter) and x (the input): the tape is the output
+    return x @ p
+
+
+def exp_layer(p, x):  # residual: exp(x), the output itself: the tape is the output
+    return jnp.exp(x * p)
+
+
+def sin_layer(p, x):  # residual: cos(x * p), a new value, plus the output
+    return jnp.sin(x * p)
+
+
+def test_tapes_follow_the_residual_rules():
+    w = _array(0, (D_IN, D_OUT))
+    x = _array(1, (B, D_IN))
+    scale = jnp.float32(1.5)
+    profile = profile_sequence([linear, exp_layer, sin_layer], [w, scale, scale], x)
+    chain = profile.chain
+    out = B * D_OUT * F32
+    assert list(chain.x_size) == [B * D_IN * F32, out, out, out]
+    assert list(chain.xbar_size) == [out, out, 2 * out]
+    # a single matmul needs no temporary beyond its result; x * p is one for exp and sin
+    assert list(chain.fwd_tmp) == [0, out, out]
+
+
+def test_pytree_activations_count_every_leaf():
+    def split(p, x):
+        return {"h": jnp.tanh(x @ p), "count": jnp.zeros((B,), jnp.int32), "half": x.astype(jnp.float16)}
+
+    def merge(p, xs):
+        return xs["h"] * p + xs["half"].astype(jnp.float32).sum() + xs["count"][:, None]
+
+    x = _array(2, (B, D_IN))
+    chain = profile_layers([split, merge], [_array(3, (D_IN, D_IN)), jnp.float32(2.0)], x)
+    pytree_bytes = B * D_IN * F32 + B * 4 + B * D_IN * 2
+    assert chain.x_size[1] == pytree_bytes
+    assert chain.x_size[2] == B * D_IN * F32
+
+
+def test_transients_cover_a_large_temporary():
+    k = 64
+
+    def wide(p, x):  # an (B, D_IN, k) temporary that the backward does not keep
+        big = jnp.sin(x[:, :, None] * jnp.ones((1, 1, k)))
+        return x @ p + jax.lax.stop_gradient(jnp.sum(big, axis=-1))
+
+    x = _array(4, (B, D_IN))
+    w = _array(5, (D_IN, D_IN))
+    chain = profile_layers([wide], [w], x, input_grad=False)
+    assert chain.fwd_tmp[0] >= B * D_IN * k * F32
+    plan = none_plan(1)
+    predicted = solver.make_schedule(chain, plan).peak
+    measured = activation_memory(lambda p, x: jnp.sum(apply_plan(plan, [wide], p, x)), [w], x)
+    assert abs(measured - predicted) <= 0.1 * predicted
+
+
+def test_static_costs_are_the_roofline_of_cost_analysis():
+    w = _array(6, (D_IN, D_OUT))
+    x = _array(7, (B, D_IN))
+    (layer,) = profile_sequence([linear], [w], x).layers
+    matmul = 2 * B * D_IN * D_OUT
+    assert layer.fwd_flops == pytest.approx(matmul, rel=0.05)
+    # the backward of x @ W is two matmuls of the same size (dW and dx)
+    assert layer.bwd_flops == pytest.approx(2 * matmul, rel=0.05)
+    analysis = jax.jit(linear).lower(w, x).cost_analysis()
+    assert layer.fwd_time == roofline_time(analysis["flops"], analysis["bytes accessed"])
+    assert layer.fwd_time == max(analysis["flops"] / PEAK_FLOPS,
+                                 analysis["bytes accessed"] / PEAK_BANDWIDTH)
+    # without the input's gradient (jax.grad with respect to parameters only) one matmul
+    (first,) = profile_sequence([linear], [w], x, input_grad=False).layers
+    assert first.bwd_flops == pytest.approx(matmul, rel=0.05)
+    bigger = profile_sequence([linear], [_array(8, (D_IN, 4 * D_OUT))], x).layers[0]
+    assert bigger.fwd_time > layer.fwd_time and bigger.bwd_time > layer.bwd_time
+
+
+def _dense(p, x):
+    return jnp.tanh(x @ p["w"] + p["b"])
+
+
+def _layer_norm(p, x):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(jnp.var(x, axis=-1, keepdims=True) + 1e-5) * p
+
+
+def _conv(p, x):
+    y = jax.lax.conv_general_dilated(x, p, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return jnp.tanh(y)
+
+
+def _attention(p, x):
+    q, k, v = jnp.split(x @ p, 3, axis=-1)
+    att = jax.nn.softmax(jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1]), axis=-1)
+    return x + jnp.einsum("bts,bsd->btd", att, v)
+
+
+def _stacks():
+    dense = [_dense] * 4, [{"w": _array(i, (a, b)), "b": _array(10 + i, (b,), 0.1)}
+                           for i, (a, b) in enumerate([(16, 48), (48, 24), (24, 64), (64, 16)])]
+    yield "dense", dense[0], dense[1], _array(20, (8, 16))
+    norm = [_dense, _layer_norm, _dense, _layer_norm]
+    yield "layernorm", norm, [{"w": _array(1, (16, 32)), "b": jnp.zeros(32)}, jnp.ones(32),
+                              {"w": _array(2, (32, 32)), "b": jnp.zeros(32)}, jnp.ones(32)], _array(21, (8, 16))
+    yield "conv", [_conv] * 3, [_array(i, (3, 3, c, d), 0.3) for i, (c, d) in
+                                enumerate([(3, 8), (8, 8), (8, 4)])], _array(22, (2, 8, 8, 3))
+    yield "attention", [_attention] * 3, [_array(i, (16, 48), 0.3) for i in range(3)], _array(23, (2, 8, 16))
+
+
+@pytest.mark.parametrize("name, layers, params, x", list(_stacks()), ids=lambda v: v if isinstance(v, str) else "")
+def test_simulated_peak_equals_the_meter(name, layers, params, x):
+    """The chain's sizes are what the meter sees: exact for a plain tanh stack, and
+    otherwise never below the meter and within 15% of it. The chain is conservative where
+    Rotor's model is: ``B(i)`` holds its inputs until ``g[i]`` exists and a layer's input
+    until its backward ends, where JAX may free them earlier."""
+    chain = profile_layers(layers, params, x, input_grad=False)
+    length = len(layers)
+    for plan_name, plan in (("none", none_plan(length)), ("every_layer", every_layer_plan(length)),
+                            ("sqrt", sqrt_plan(length))):
+        predicted = solver.make_schedule(chain, plan).peak
+        measured = activation_memory(
+            lambda p, x: jnp.sum(apply_plan(plan, layers, p, x, backend="custom_vjp")), params, x)
+        assert measured <= predicted * 1.02, (plan_name, measured, predicted)
+        assert measured >= predicted * 0.85, (plan_name, measured, predicted)
+        if plan_name == "none" and name == "dense":
+            assert measured == predicted
+
+
+def test_abstract_traced_and_concrete_inputs_give_the_same_chain():
+    layers = [_dense] * 3
+    params = [{"w": _array(i, (16, 16)), "b": jnp.zeros(16)} for i in range(3)]
+    x = _array(30, (4, 16))
+    concrete = profile_layers(layers, params, x)
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (params, x))
+    assert profile_layers(layers, *shapes) == concrete
+    seen = []
+
+    @jax.jit
+    def traced(params, x):
+        seen.append(profile_layers(layers, params, x))
+        return x
+
+    traced(params, x)
+    assert seen == [concrete]
+
+
+def test_identical_layers_are_profiled_once():
+    calls = []
+
+    def make_counted():  # a new function object: no JAX trace cache hit across cases
+        def counted(p, x):
+            calls.append(1)
+            return jnp.tanh(x @ p)
+        return counted
+
+    params = [_array(i, (8, 8)) for i in range(12)]
+    x = _array(40, (4, 8))
+    profile_layers([make_counted()], params[:1], x)
+    one = len(calls)
+    calls.clear()
+    chain = profile_layers([make_counted()] * 12, params, x, progress=False)
+    assert len(calls) == one
+    assert len(set(chain.xbar_size)) == 1 and chain.length == 12
+
+
+def test_measured_costs_time_each_layer():
+    layers = [_dense] * 2
+    params = [{"w": _array(0, (32, 256)), "b": jnp.zeros(256)},
+              {"w": _array(1, (256, 32)), "b": jnp.zeros(32)}]
+    x = _array(2, (64, 32))
+    static = profile_layers(layers, params, x)
+    seen = []
+
+    @jax.jit
+    def traced(params, x):  # timing runs while jit traces (ensure_compile_time_eval)
+        seen.append(profile_layers(layers, params, x, costs="measured", progress=False))
+        return x
+
+    traced(params, x)
+    (measured,) = seen
+    assert np.all(measured.fwd_time > 0) and np.all(measured.bwd_time > 0)
+    # same sizes; on CPU the transients stay the static program-order ones
+    assert np.array_equal(measured.x_size, static.x_size)
+    assert np.array_equal(measured.xbar_size, static.xbar_size)
+    if jax.devices()[0].platform == "cpu":
+        assert np.array_equal(measured.fwd_tmp, static.fwd_tmp)
+        assert np.array_equal(measured.bwd_tmp, static.bwd_tmp)
+
+
+def test_profile_errors_name_the_layer():
+    x = _array(0, (4, 8))
+    w = _array(1, (8, 8))
+    with pytest.raises(ValueError, match="2 entries but there are 3 layers"):
+        profile_layers([linear] * 3, [w, w], x)
+    with pytest.raises(TypeError, match=r"layers\[0\]"):
+        profile_layers([3], [w], x)
+    with pytest.raises(TypeError, match=r"params\[1\]"):
+        profile_layers([linear, linear], [w, [w, "x"]], x)
+    with pytest.raises((ValueError, TypeError), match="layer 2 failed .* output of layer 1"):
+        profile_layers([linear, linear, linear], [w, _array(2, (8, 5)), w], x)
+    with pytest.raises((ValueError, TypeError), match="layer 0 failed .* sequence input"):
+        profile_layers([linear], [_array(3, (5, 8))], x)
+    with pytest.raises(ValueError, match="costs"):
+        profile_layers([linear], [w], x, costs="guess")
