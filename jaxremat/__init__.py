@@ -1,3 +1,4 @@
+from .device import budget_from_device
 from .budget import format_bytes, parse_budget
 from .meter import activation_memory, program_memory
 from .plan import Plan

@@ -1,0 +1,27 @@
+"""Flax integration: rematerialize sequences of Flax modules under a memory budget.
+
+NNX (first class; :mod:`jaxremat.flax.nnx`):
+
+* :class:`RematSequential` -- drop-in for ``nnx.Sequential``.
+* :func:`remat_blocks` -- class decorator adding ``self.run_blocks(x)`` for a model whose
+  blocks live in a list attribute.
+* :func:`run_modules` / :func:`plan_modules` -- the functional forms.
+
+Linen (:mod:`jaxremat.flax.linen`): ``jaxremat.flax.linen.RematSequential(layers=...,
+budget=...)``, built on the lifted ``nn.remat``.
+
+Importing ``jaxremat`` does not import Flax; importing ``jaxremat.flax`` does.
+"""
+
+from .nnx import RematSequential, plan_modules, remat_blocks, run_modules
+
+__all__ = ["RematSequential", "remat_blocks", "run_modules", "plan_modules", "linen", "nnx"]
+
+
+def __getattr__(name: str):
+    # ``jaxremat.flax.linen`` is imported on first use (it imports flax.linen).
+    if name == "linen":
+        import importlib
+
+        return importlib.import_module(".linen", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,387 @@
+"""Flax NNX: run a sequence of modules under an activation-memory budget.
+
+Two forms, one mechanism:
+
+* :class:`RematSequential` -- a drop-in for ``nnx.Sequential``::
+
+      model = jaxremat.flax.RematSequential(block1, block2, ..., budget="256MiB")
+      y = model(x)
+
+* :func:`remat_blocks` -- a class decorator for a model whose ``__call__`` loops over a list
+  attribute of blocks (a transformer's ``self.blocks``). The decorator adds a method
+  ``run_blocks(x)``; the model changes by the decorator line and the loop line::
+
+      @jaxremat.flax.remat_blocks("blocks", budget="1GiB")
+      class GPT(nnx.Module):
+          ...
+          def __call__(self, tokens):
+              h = self.embed(tokens)
+              h = self.run_blocks(h)          # was: for block in self.blocks: h = block(h)
+              return self.head(h)
+
+  The model's state tree is unchanged (``blocks/0/...``), so existing checkpoints load.
+
+How: when a call is traced, each layer is split (``nnx.split``) into a graph definition and
+its state, and the pure functions ``(state, x) -> merge(graphdef, state)(x)`` are profiled
+by :func:`jaxremat.profile.profile_sequence` and solved by ``solver.solve`` (shapes only; the
+profile is cached per graph definitions and input signature, the plan per budget, so a
+training step under ``nnx.jit`` profiles once and changing the budget only re-solves). The solver's plan is
+then applied by :func:`jaxremat.apply.apply_plan` with Flax's lifted ``nnx.remat``
+(``prevent_cse=True``) as the checkpoint transform, nested as the plan nests, over the
+sub-lists of modules. ``nnx.remat`` propagates state updates made inside it, so:
+
+* ``nnx.BatchNorm`` running statistics are updated once per step, by the forward pass; the
+  recomputation during the backward pass recomputes activations only (its state outputs
+  are not used), so the statistics equal those of the same model without remat.
+* ``nnx.Dropout`` draws from its ``nnx.Rngs`` stream in the forward pass; the recomputation
+  replays the same key state, so its masks are identical and gradients equal the plain
+  model's for the same seed.
+* ``model.train()`` / ``model.eval()`` (``deterministic``, ``use_running_average``) change
+  the graph definition, hence the profile and plan are taken for that mode.
+
+The budget bounds what the blocks' forward and backward passes hold (their input, stored
+activations and tapes, gradients flowing back, transients), not parameters, their
+gradients, optimizer state, nor the layers before or after the sequence
+(:mod:`jaxremat.sequence`). It is bytes, a string such as ``"512MiB"``
+(:func:`jaxremat.parse_budget`), or a percentage such as ``"40%"`` of the memory the sequence
+needs without remat. :func:`jaxremat.budget_from_device` derives one from the device.
+Shapes are the global (logical) shapes, so under data parallelism over ``n`` devices the
+budget covers the whole batch: pass ``n`` times the per-device budget. Under ``nnx.vmap``
+the budget refers to one example.
+
+Calling convention (``nnx.Sequential``'s): the first layer receives the call's positional
+arguments; a layer returning a tuple passes it to the next layer as positional arguments, a
+dict as keyword arguments, anything else as the single argument.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Any, Callable, Sequence
+
+from flax import nnx
+
+import solver
+from solver.solve import solve
+
+from ..apply import apply_plan
+from ..budget import parse_budget
+from ..plan import Plan
+from ..profile import Profile, profile_sequence
+from ..trees import abstractify, signature
+
+__all__ = ["RematSequential", "remat_blocks", "plan_modules", "run_modules"]
+
+_CACHE_SIZE = 128
+_profiles: "collections.OrderedDict[tuple, Profile]" = collections.OrderedDict()
+_plans: "collections.OrderedDict[tuple, Plan]" = collections.OrderedDict()
+_pure_fns: "collections.OrderedDict[Any, Callable]" = collections.OrderedDict()
+
+
+def _remember(cache: collections.OrderedDict, key: tuple, value: Any) -> Any:
+    cache[key] = value
+    if len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+    return value
+
+
+def shared_function(key: Any, make: Callable[[], Callable]) -> Callable:
+    """One function object per layer definition ``key`` (``make()`` builds it the first
+    time), so that identical layers are profiled once (the profiler memoises by function)."""
+    fn = _pure_fns.get(key)
+    if fn is None:
+        fn = _remember(_pure_fns, key, make())
+    return fn
+
+
+def call_with_convention(layer: Callable, activation: Any) -> Any:
+    """Call ``layer`` on an activation with ``nnx.Sequential``'s convention."""
+    if isinstance(activation, tuple):
+        return layer(*activation)
+    if isinstance(activation, dict):
+        return layer(**activation)
+    return layer(activation)
+
+
+def _merged_call(graphdef: nnx.GraphDef, state: Any, activation: Any) -> Any:
+    return call_with_convention(nnx.merge(graphdef, state), activation)
+
+
+def _stateless_call(layer: Callable, state: Any, activation: Any) -> Any:
+    del state
+    return call_with_convention(layer, activation)
+
+
+def _pure(layer: Any) -> tuple[Any, Callable, Any]:
+    """``(key, pure_fn, state)`` of one layer, ``pure_fn(state, x) -> y``.
+
+    Modules are split into graph definition and state; equal graph definitions share one
+    function object, so identical blocks are profiled once. Plain callables (``nnx.relu``)
+    have no state.
+    """
+    if isinstance(layer, nnx.Module):
+        graphdef, state = nnx.split(layer)
+        return graphdef, shared_function(
+            graphdef, lambda: functools.partial(_merged_call, graphdef)), state
+    if not callable(layer):
+        raise TypeError(f"A layer must be an nnx.Module or a callable, got {type(layer).__name__}.")
+    key = ("callable", layer)
+    return key, shared_function(key, lambda: functools.partial(_stateless_call, layer)), None
+
+
+def resolve_budget(budget: Any, chain: solver.Chain) -> int:
+    """Bytes from a budget: what :func:`jaxremat.parse_budget` accepts, or a percentage
+    such as ``"40%"``, meaning that share of the no-remat peak of ``chain`` (the memory the
+    sequence needs when every tape is stored)."""
+    if isinstance(budget, str) and budget.strip().endswith("%"):
+        text = budget.strip()[:-1]
+        try:
+            share = float(text) / 100.0
+        except ValueError:
+            share = float("nan")
+        if not 0.0 < share < float("inf"):
+            raise ValueError(
+                f"Budget {budget!r}: a relative budget is a positive percentage of the no-remat "
+                "memory, e.g. '40%'."
+            )
+        no_remat = solver.make_schedule(chain, tuple(solver.Layer(i) for i in range(chain.length)))
+        return max(1, int(share * no_remat.peak))
+    return parse_budget(budget)
+
+
+def plan_pure_layers(
+    keys: tuple,
+    fns: Sequence[Callable],
+    params: Sequence[Any],
+    activation: Any,
+    *,
+    budget: Any,
+    method: str,
+    slots: int,
+    costs: str,
+    backend: str,
+) -> Plan:
+    """Profile pure layers ``fns[i](params[i], x)`` and solve them under ``budget``.
+
+    ``keys`` identifies the layers' definitions (NNX graph definitions, Linen modules): the
+    profile is cached per ``keys``, input signature and ``costs`` -- independently of the
+    budget, so changing the budget only re-runs the solver -- and the plan per profile,
+    budget, method and slots. Works from shapes, so it runs while JAX traces a step.
+    """
+    check_budget(budget, "The sequence")
+    abstract_params = [abstractify(p, f"the state of layer {i}") for i, p in enumerate(params)]
+    abstract_x = abstractify(activation, "the sequence input")
+    profile_key = (keys, signature(abstract_params), signature(abstract_x), costs)
+    plan_key = (profile_key, budget, method, slots)
+    plan = _plans.get(plan_key)
+    if plan is not None:
+        return plan
+    profile = _profiles.get(profile_key)
+    if profile is None:
+        profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs)
+        _remember(_profiles, profile_key, profile)
+    budget_bytes = resolve_budget(budget, profile.chain)
+    try:
+        schedule = solve(profile.chain, budget_bytes, method=method, slots=slots)
+    except solver.InfeasibleBudget as error:
+        raise solver.InfeasibleBudget(
+            budget_bytes, error.min_budget, method, units="bytes") from None
+    plan = Plan(chain=profile.chain, schedule=schedule, budget=budget_bytes, method=method,
+                backend=backend, costs=costs, layers=profile.layers)
+    return _remember(_plans, plan_key, plan)
+
+
+def check_budget(budget: Any, where: str) -> None:
+    if budget is None:
+        raise ValueError(
+            f"{where} has no budget: pass budget=... (bytes, or a string such as '512MiB'), "
+            "e.g. from jaxremat.budget_from_device(params, opt_state)."
+        )
+
+
+def plan_modules(
+    layers: Sequence[Any],
+    *args: Any,
+    budget: Any,
+    method: str = "rotor",
+    slots: int = 500,
+    costs: str = "static",
+) -> Plan:
+    """The :class:`jaxremat.Plan` for running ``layers`` on ``args`` under ``budget``.
+
+    ``layers`` are NNX modules or plain callables; ``args`` the first layer's positional
+    arguments. Profiling works from shapes; the result is cached per graph definitions and
+    input signature. Raises :class:`solver.InfeasibleBudget` when nothing fits.
+    """
+    check_budget(budget, "plan_modules")
+    if not layers:
+        raise ValueError("There are no layers to run: pass at least one module.")
+    activation = args[0] if len(args) == 1 else tuple(args)
+    keys, fns, states = zip(*(_pure(layer) for layer in layers))
+    return plan_pure_layers(keys, fns, states, activation, budget=budget, method=method,
+                            slots=slots, costs=costs, backend="nnx.remat")
+
+
+def _segment_transform(body: Callable) -> Callable:
+    """A checkpointed segment as Flax's lifted ``nnx.remat`` (state updates propagate)."""
+
+    def segment(modules: Any, x: Any) -> Any:
+        return body(modules, x)
+
+    return nnx.remat(segment, prevent_cse=True)
+
+
+def run_modules(
+    layers: Sequence[Any],
+    *args: Any,
+    budget: Any,
+    method: str = "rotor",
+    slots: int = 500,
+    costs: str = "static",
+) -> Any:
+    """Run ``layers`` in sequence on ``args`` with the rematerialization plan of
+    :func:`plan_modules`, applied with nested ``nnx.remat``.
+
+    The result, its gradients (``nnx.grad``/``nnx.value_and_grad``) and the state updates of
+    the modules (batch statistics, RNG counters) equal those of running the layers plainly.
+    """
+    plan = plan_modules(layers, *args, budget=budget, method=method, slots=slots, costs=costs)
+    activation = args[0] if len(args) == 1 else tuple(args)
+    # apply_plan calls fns[i](params[i], x): for a module, params[i] is the module itself
+    # (nnx.remat lifts it and propagates its state updates); a plain callable has None.
+    modules = [layer if isinstance(layer, nnx.Module) else None for layer in layers]
+    fns = [call_with_convention if isinstance(layer, nnx.Module) else functools.partial(
+        _stateless_call, layer) for layer in layers]
+    return apply_plan(plan.schedule.plan, fns, modules, activation, transform=_segment_transform)
+
+
+class RematSequential(nnx.Sequential):
+    """``nnx.Sequential`` that rematerializes optimally under an activation-memory budget.
+
+    Args:
+      *layers: NNX modules or plain callables (e.g. ``nnx.relu``), applied in order.
+      budget: bytes, a string such as ``"512MiB"``, or a share of the no-remat memory such
+        as ``"40%"``; see the module docstring for what it bounds. A static attribute: ``model.budget = ...`` changes it (outside
+        ``nnx.jit``).
+      method: ``"rotor"`` (optimal) or a baseline (``"none"``, ``"every_layer"``,
+        ``"sqrt"``, ``"revolve"``).
+      slots: memory discretisation of the dynamic program.
+      costs: ``"static"`` (roofline from shapes) or ``"measured"`` (timed on the device).
+
+    ``model.plan(x)`` returns the :class:`jaxremat.Plan` a call on ``x`` uses;
+    ``print(model.plan(x))`` shows the per-layer decisions.
+    """
+
+    def __init__(
+        self,
+        *layers: Any,
+        budget: Any,
+        method: str = "rotor",
+        slots: int = 500,
+        costs: str = "static",
+    ) -> None:
+        check_budget(budget, "RematSequential")
+        super().__init__(*layers)
+        self.budget = budget
+        self.method = method
+        self.slots = slots
+        self.costs = costs
+
+    def _settings(self) -> dict[str, Any]:
+        return dict(budget=self.budget, method=self.method, slots=self.slots, costs=self.costs)
+
+    def plan(self, *args: Any) -> Plan:
+        """The :class:`jaxremat.Plan` for a call on ``args`` (cached)."""
+        return plan_modules(list(self.layers), *args, **self._settings())
+
+    def __call__(self, *args: Any) -> Any:  # type: ignore[override]
+        """Run the layers on ``args`` under the budget (see the class docstring)."""
+        return run_modules(list(self.layers), *args, **self._settings())
+
+    def __iter__(self):
+        raise TypeError(
+            "Iterating over a RematSequential would run its layers without the schedule; "
+            "call it instead (model(x)), or iterate over model.layers if you really mean to."
+        )
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.layers[index]
+
+
+def remat_blocks(
+    attribute: str = "blocks",
+    *,
+    budget: Any = None,
+    method: str = "rotor",
+    slots: int = 500,
+    costs: str = "static",
+    name: str = "run_blocks",
+) -> Callable[[type], type]:
+    """Class decorator adding ``self.<name>(*args)``, which runs ``self.<attribute>`` (a
+    list of modules, e.g. an ``nnx.List`` of transformer blocks) in sequence under the
+    budget, as :class:`RematSequential` does (see the module docstring).
+
+    Args:
+      attribute: the attribute holding the blocks.
+      budget: the default budget (bytes, ``"512MiB"`` or ``"40%"``). An instance attribute
+        ``remat_budget``
+        overrides it (``model.remat_budget = jaxremat.budget_from_device(...)``), and so
+        does ``budget=`` passed to the method call. The budget must be known when the
+        method first runs.
+      method, slots, costs: as for :class:`RematSequential`.
+      name: the name of the added method (default ``run_blocks``); also adds
+        ``plan_<attribute>(*args)`` returning the :class:`jaxremat.Plan`.
+
+    Returns:
+      The decorator; it returns the same class with the two methods added.
+    """
+    settings = dict(method=method, slots=slots, costs=costs)
+
+    def budget_of(self: Any, override: Any) -> Any:
+        if override is not None:
+            return override
+        return getattr(self, "remat_budget", None) or budget
+
+    def blocks_of(self: Any) -> list:
+        try:
+            blocks = getattr(self, attribute)
+        except AttributeError:
+            raise AttributeError(
+                f"{type(self).__name__} has no attribute {attribute!r}: remat_blocks"
+                f"({attribute!r}) needs the blocks in self.{attribute} (a list of modules)."
+            ) from None
+        return list(blocks)
+
+    def run(self: Any, *args: Any, budget: Any = None) -> Any:
+        chosen = budget_of(self, budget)
+        check_budget(chosen, f"{type(self).__name__}.{name}")
+        return run_modules(blocks_of(self), *args, budget=chosen, **settings)
+
+    def plan(self: Any, *args: Any, budget: Any = None) -> Plan:
+        chosen = budget_of(self, budget)
+        check_budget(chosen, f"{type(self).__name__}.plan_{attribute}")
+        return plan_modules(blocks_of(self), *args, budget=chosen, **settings)
+
+    run.__doc__ = (f"Run ``self.{attribute}`` in sequence under the activation budget "
+                   "(jaxremat.flax.remat_blocks).")
+    plan.__doc__ = f"The jaxremat Plan that ``self.{name}`` uses for these arguments."
+
+    def decorate(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, nnx.Module)):
+            raise TypeError(f"remat_blocks decorates nnx.Module classes, got {cls!r}.")
+        for method_name, fn in ((name, run), (f"plan_{attribute}", plan)):
+            if method_name in cls.__dict__:
+                raise TypeError(
+                    f"{cls.__name__} already defines {method_name!r}; pick another name with "
+                    f"remat_blocks(..., name=...)."
+                )
+            fn.__name__ = method_name
+            fn.__qualname__ = f"{cls.__qualname__}.{method_name}"
+            setattr(cls, method_name, fn)
+        return cls
+
+    return decorate

@@ -1,0 +1,88 @@
+"""The examples run in their small configuration and their losses go down.
+
+resnet_nnx, gpt_nnx and mlp_linen run in-process through their ``main(argv)``;
+data_parallel runs in a subprocess because it sets XLA_FLAGS (8 host devices) before JAX
+starts.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+@functools.cache
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses (Linen modules) look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_training(result: dict, drop: float) -> None:
+    losses = result["losses"]
+    assert all(map(lambda v: v == v, losses)), "NaN loss"
+    # Down overall, and the end clearly below the start (different batches: use means).
+    head, tail = sum(losses[:2]) / 2, sum(losses[-2:]) / 2
+    assert tail < drop * head, (head, tail)
+    plan = result["plan"]
+    assert plan.predicted_peak <= plan.budget
+    assert result["budget"] < result["no_remat_peak"], "the example should need remat"
+    assert max(plan.forward_counts) > 1, "the example should recompute something"
+
+
+def test_resnet_nnx(capsys):
+    result = load("resnet_nnx").main(["--steps", "8"])
+    check_training(result, 0.8)
+    out = capsys.readouterr().out
+    assert "jaxremat plan" in out and "loss" in out
+
+
+def test_gpt_nnx(capsys):
+    result = load("gpt_nnx").main(["--steps", "10"])
+    check_training(result, 0.9)
+    assert "jaxremat plan" in capsys.readouterr().out
+
+
+def test_mlp_linen(capsys):
+    result = load("mlp_linen").main(["--steps", "15"])
+    check_training(result, 0.5)
+    assert "jaxremat plan" in capsys.readouterr().out
+
+
+def test_resnet_budget_argument():
+    module = load("resnet_nnx")
+    with pytest.raises(Exception, match="smallest budget"):
+        module.main(["--steps", "1", "--budget", "1KiB"])
+
+
+def test_data_parallel_sharded_equals_unsharded():
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)  # the example sets the 8 host devices itself
+    completed = subprocess.run(
+        [sys.executable, str(EXAMPLES / "data_parallel.py"), "--steps", "10"],
+        capture_output=True, text=True, timeout=600, env=env,
+        cwd=EXAMPLES.parent,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    out = completed.stdout
+    assert "8 devices" in out
+    line = next(line for line in out.splitlines() if line.startswith("loss unsharded"))
+    parts = line.split()
+    unsharded, sharded = float(parts[2]), float(parts[4])
+    assert abs(unsharded - sharded) <= 1e-5 * abs(unsharded) + 1e-6
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("result: ")
+    result = json.loads(last[len("result: "):])
+    assert result["final_loss"] < 0.5 * result["initial_loss"]
+    assert result["grad_gap"] < 1e-4
