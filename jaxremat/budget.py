@@ -17,6 +17,10 @@ The number may be an integer, a decimal or use an exponent (``"2e9"``, ``"1.5GiB
 group digits with underscores (``"1_000_000"``); whitespace between number and unit is
 allowed. The result is rounded down to whole bytes and must be at least one byte.
 
+Where a sequence is known (``remat_sequence``, the Flax wrappers), a budget may also be a
+share of the memory the sequence needs without rematerialization: ``"40%"``
+(:func:`resolve_budget`).
+
 :func:`format_bytes` (re-exported from :mod:`solver.errors`) goes the other way.
 """
 
@@ -32,7 +36,7 @@ import numpy as np
 
 from solver.errors import format_bytes
 
-__all__ = ["parse_budget", "format_bytes"]
+__all__ = ["parse_budget", "resolve_budget", "check_budget", "format_bytes"]
 
 _MAX_EXPONENT = 60  # keeps "1e999999999" from building a gigantic integer
 _BINARY = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -124,3 +128,44 @@ def parse_budget(budget: int | float | str) -> int:
         f"A memory budget must be a number of bytes or a string, got {budget!r} of type "
         f"{type(budget).__name__}; {_EXAMPLES}."
     )
+
+
+def _share(budget: object) -> float | None:
+    """``0.4`` for ``"40%"``; ``None`` when ``budget`` is not a percentage string."""
+    if not (isinstance(budget, str) and budget.strip().endswith("%")):
+        return None
+    try:
+        share = float(budget.strip()[:-1]) / 100.0
+    except ValueError:
+        share = math.nan
+    if not 0.0 < share < math.inf:
+        raise ValueError(
+            f"Memory budget {budget!r}: a relative budget is a positive percentage of the "
+            f"memory needed without rematerialization, e.g. '40%'; or give bytes: {_EXAMPLES}."
+        )
+    return share
+
+
+def check_budget(budget: object) -> int | str:
+    """Validate ``budget`` before any profiling: return it as bytes, or unchanged if it is a
+    percentage such as ``"40%"``; raise the error :func:`resolve_budget` would raise."""
+    if budget is None:
+        raise ValueError(
+            "Got no budget: pass budget=... (bytes, a string such as '512MiB', or a share "
+            "of the no-remat memory such as '40%'), e.g. from "
+            "jaxremat.budget_from_device(params, opt_state)."
+        )
+    if _share(budget) is None:
+        return parse_budget(budget)  # type: ignore[arg-type]
+    return budget  # type: ignore[return-value]
+
+
+def resolve_budget(budget: int | float | str, no_remat_bytes: float) -> int:
+    """The budget in bytes: :func:`parse_budget`'s, or for ``"40%"`` that share of
+    ``no_remat_bytes`` (the predicted peak of the sequence storing every tape), rounded down,
+    at least one byte."""
+    check_budget(budget)
+    share = _share(budget)
+    if share is None:
+        return parse_budget(budget)
+    return max(1, int(share * no_remat_bytes))

@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import solver
 from solver import Chain, Checkpoint, Layer, Schedule, format_bytes, format_plan, make_schedule
 
-from .profile import LayerProfile
+from .budget import resolve_budget
+from .profile import LayerProfile, Profile
 
-__all__ = ["Plan"]
+__all__ = ["Plan", "solve_plan"]
 
 
 def _format_time(seconds: float) -> str:
@@ -154,3 +156,37 @@ class Plan:
         from .plot import plot_plan  # lazy: matplotlib is optional
 
         return plot_plan(self, path, **kwargs)
+
+
+def solve_plan(
+    profile: Profile,
+    budget: int | float | str,
+    *,
+    method: str,
+    slots: int,
+    backend: str,
+    batch_size: int = 1,
+    input_grad: bool = True,
+) -> Plan:
+    """Solve a profiled sequence under ``budget`` and bundle the result as a :class:`Plan`.
+
+    ``budget`` is bytes, a string (``"512MiB"``) or a share of the no-remat peak (``"40%"``,
+    :func:`jaxremat.budget.resolve_budget`), for the whole ``jax.vmap`` batch: the chain is
+    per example, so the solver gets ``budget / batch_size``.
+
+    Raises:
+      solver.InfeasibleBudget: nothing fits; the message gives the smallest budget in bytes
+        and binary units, for the whole batch.
+    """
+    chain = profile.chain
+    no_remat = make_schedule(chain, tuple(Layer(i) for i in range(chain.length))).peak
+    budget_bytes = resolve_budget(budget, no_remat * batch_size)
+    try:
+        schedule = solver.solve(chain, budget_bytes / batch_size, method=method, slots=slots)
+    except solver.InfeasibleBudget as error:
+        raise solver.InfeasibleBudget(
+            budget_bytes, error.min_budget * batch_size, method, units="bytes"
+        ) from None
+    return Plan(chain=chain, schedule=schedule, budget=budget_bytes, method=method,
+                backend=backend, costs=profile.costs, layers=profile.layers,
+                batch_size=batch_size, input_grad=input_grad)

@@ -39,11 +39,10 @@ from typing import Any, Callable, Iterator, Sequence
 import jax
 
 import solver
-from solver import InfeasibleBudget
 
 from .apply import BACKENDS, apply_plan
-from .budget import parse_budget
-from .plan import Plan
+from .budget import check_budget
+from .plan import Plan, solve_plan
 from .profile import COSTS, profile_sequence
 from .trees import abstractify, check_layers, check_params, signature
 
@@ -123,7 +122,7 @@ class RematSequence:
         slots: int = 500,
     ) -> None:
         self._layers = check_layers(layers)
-        self._budget = parse_budget(budget)
+        self._budget = check_budget(budget)
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
         if backend not in BACKENDS:
@@ -137,7 +136,8 @@ class RematSequence:
         self.profile_count = 0
 
     layers = property(lambda self: self._layers, doc="The layer functions.")
-    budget = property(lambda self: self._budget, doc="The budget in bytes.")
+    budget = property(lambda self: self._budget,
+                      doc="The budget: bytes, or a share of the no-remat memory such as '40%'.")
     method = property(lambda self: self._method, doc="The solver method.")
     backend = property(lambda self: self._backend, doc="How checkpoints are applied.")
     costs = property(lambda self: self._costs, doc="How layer costs are obtained.")
@@ -164,24 +164,8 @@ class RematSequence:
         profile = profile_sequence(self._layers, abstract_params, abstract_x, costs=self._costs,
                                    input_grad=input_grad)
         self.profile_count += 1
-        try:
-            schedule = solver.solve(profile.chain, self._budget / batch, method=self._method,
-                                    slots=self._slots)
-        except InfeasibleBudget as error:
-            raise InfeasibleBudget(
-                self._budget, error.min_budget * batch, self._method, units="bytes"
-            ) from None
-        plan = Plan(
-            chain=profile.chain,
-            schedule=schedule,
-            budget=self._budget,
-            method=self._method,
-            backend=self._backend,
-            costs=self._costs,
-            layers=profile.layers,
-            batch_size=batch,
-            input_grad=input_grad,
-        )
+        plan = solve_plan(profile, self._budget, method=self._method, slots=self._slots,
+                          backend=self._backend, batch_size=batch, input_grad=input_grad)
         self._cache[key] = plan
         return plan
 
@@ -231,8 +215,8 @@ def remat_sequence(
     Args:
       layers: pure functions ``layers[i](params_i, x) -> y``; activations and parameters are
         arbitrary pytrees of arrays, and each layer's output feeds the next.
-      budget: bytes (int) or a string such as ``"512MiB"`` (:func:`jaxremat.parse_budget`):
-        the bound on input, activations, tapes, gradients and transients of the sequence's
+      budget: bytes (int), a string such as ``"512MiB"`` (:func:`jaxremat.parse_budget`), or
+        a share of the memory the sequence needs without remat, such as ``"40%"``: the bound on input, activations, tapes, gradients and transients of the sequence's
         forward and backward passes, parameters and their gradients excluded.
       method: ``"rotor"`` (optimal persistent schedule, Rotor's dynamic program), or a
         baseline: ``"none"`` (store everything), ``"every_layer"`` (checkpoint each layer),

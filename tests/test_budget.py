@@ -143,3 +143,45 @@ def test_floats_round_down(x):
 def test_format_bytes_is_the_solver_one():
     assert format_bytes is errors.format_bytes
     assert parse_budget(format_bytes(3 * GIB).replace(" ", "")) == 3 * GIB
+
+
+def test_relative_budgets_resolve_against_the_no_remat_memory():
+    from jaxremat.budget import check_budget, resolve_budget
+
+    assert check_budget("40%") == "40%"
+    assert check_budget("1KiB") == 1024
+    assert resolve_budget("40%", 1000.0) == 400
+    assert resolve_budget(" 150 %", 1000.0) == 1500
+    assert resolve_budget("2KiB", 1000.0) == 2048
+    for bad in ("0%", "-5%", "abc%", "nan%", "%"):
+        with pytest.raises(ValueError, match="percentage"):
+            check_budget(bad)
+    with pytest.raises(ValueError, match="no budget"):
+        check_budget(None)
+
+
+def test_remat_sequence_takes_a_relative_budget():
+    import jax
+    import jax.numpy as jnp
+
+    import jaxremat
+
+    layers = [lambda w, x: jnp.tanh(x @ w)] * 6
+    params = [jnp.eye(32) * 0.5] * 6
+    x = jnp.ones((16, 32))
+    full = jaxremat.remat_sequence(layers, "100%").plan(params, x)
+    half = jaxremat.remat_sequence(layers, "50%").plan(params, x)
+    assert full.budget == int(full.no_remat_peak)
+    assert half.budget == int(0.5 * half.no_remat_peak)
+    assert half.predicted_peak <= half.budget < full.predicted_peak
+    seq = jaxremat.remat_sequence(layers, "50%")
+    grads = jax.grad(lambda p: jnp.sum(seq(p, x)))(params)
+    expected = jax.grad(lambda p: jnp.sum(_plain(layers, p, x)))(params)
+    for g, e in zip(grads, expected):
+        assert jnp.allclose(g, e, atol=1e-6)
+
+
+def _plain(layers, params, x):
+    for layer, p in zip(layers, params):
+        x = layer(p, x)
+    return x

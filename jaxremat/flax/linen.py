@@ -43,7 +43,8 @@ import jax
 
 from ..apply import apply_plan
 from ..plan import Plan
-from .nnx import call_with_convention, check_budget, plan_pure_layers, shared_function
+from ..budget import check_budget
+from .nnx import call_with_convention, plan_pure_layers, shared_function
 
 __all__ = ["RematSequential"]
 
@@ -140,7 +141,7 @@ class RematSequential(nn.Module):
     def plan(self, *args: Any) -> Plan:
         """The :class:`jaxremat.Plan` for a call on ``args`` (cached); needs bound variables
         (call through ``model.apply(variables, x, method="plan")``)."""
-        check_budget(self.budget, "jaxremat.flax.linen.RematSequential")
+        check_budget(self.budget)
         if not self.layers:
             raise ValueError("RematSequential has no layers.")
         keys, fns, variables = self._pure_layers()

@@ -62,12 +62,9 @@ from typing import Any, Callable, Sequence
 
 from flax import nnx
 
-import solver
-from solver.solve import solve
-
 from ..apply import apply_plan
-from ..budget import parse_budget
-from ..plan import Plan
+from ..budget import check_budget
+from ..plan import Plan, solve_plan
 from ..profile import Profile, profile_sequence
 from ..trees import abstractify, signature
 
@@ -130,26 +127,6 @@ def _pure(layer: Any) -> tuple[Any, Callable, Any]:
     return key, shared_function(key, lambda: functools.partial(_stateless_call, layer)), None
 
 
-def resolve_budget(budget: Any, chain: solver.Chain) -> int:
-    """Bytes from a budget: what :func:`jaxremat.parse_budget` accepts, or a percentage
-    such as ``"40%"``, meaning that share of the no-remat peak of ``chain`` (the memory the
-    sequence needs when every tape is stored)."""
-    if isinstance(budget, str) and budget.strip().endswith("%"):
-        text = budget.strip()[:-1]
-        try:
-            share = float(text) / 100.0
-        except ValueError:
-            share = float("nan")
-        if not 0.0 < share < float("inf"):
-            raise ValueError(
-                f"Budget {budget!r}: a relative budget is a positive percentage of the no-remat "
-                "memory, e.g. '40%'."
-            )
-        no_remat = solver.make_schedule(chain, tuple(solver.Layer(i) for i in range(chain.length)))
-        return max(1, int(share * no_remat.peak))
-    return parse_budget(budget)
-
-
 def plan_pure_layers(
     keys: tuple,
     fns: Sequence[Callable],
@@ -169,7 +146,7 @@ def plan_pure_layers(
     budget, so changing the budget only re-runs the solver -- and the plan per profile,
     budget, method and slots. Works from shapes, so it runs while JAX traces a step.
     """
-    check_budget(budget, "The sequence")
+    check_budget(budget)
     abstract_params = [abstractify(p, f"the state of layer {i}") for i, p in enumerate(params)]
     abstract_x = abstractify(activation, "the sequence input")
     profile_key = (keys, signature(abstract_params), signature(abstract_x), costs)
@@ -181,23 +158,8 @@ def plan_pure_layers(
     if profile is None:
         profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs)
         _remember(_profiles, profile_key, profile)
-    budget_bytes = resolve_budget(budget, profile.chain)
-    try:
-        schedule = solve(profile.chain, budget_bytes, method=method, slots=slots)
-    except solver.InfeasibleBudget as error:
-        raise solver.InfeasibleBudget(
-            budget_bytes, error.min_budget, method, units="bytes") from None
-    plan = Plan(chain=profile.chain, schedule=schedule, budget=budget_bytes, method=method,
-                backend=backend, costs=costs, layers=profile.layers)
+    plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend)
     return _remember(_plans, plan_key, plan)
-
-
-def check_budget(budget: Any, where: str) -> None:
-    if budget is None:
-        raise ValueError(
-            f"{where} has no budget: pass budget=... (bytes, or a string such as '512MiB'), "
-            "e.g. from jaxremat.budget_from_device(params, opt_state)."
-        )
 
 
 def plan_modules(
@@ -214,7 +176,7 @@ def plan_modules(
     arguments. Profiling works from shapes; the result is cached per graph definitions and
     input signature. Raises :class:`solver.InfeasibleBudget` when nothing fits.
     """
-    check_budget(budget, "plan_modules")
+    check_budget(budget)
     if not layers:
         raise ValueError("There are no layers to run: pass at least one module.")
     activation = args[0] if len(args) == 1 else tuple(args)
@@ -281,7 +243,7 @@ class RematSequential(nnx.Sequential):
         slots: int = 500,
         costs: str = "static",
     ) -> None:
-        check_budget(budget, "RematSequential")
+        check_budget(budget)
         super().__init__(*layers)
         self.budget = budget
         self.method = method
@@ -358,12 +320,12 @@ def remat_blocks(
 
     def run(self: Any, *args: Any, budget: Any = None) -> Any:
         chosen = budget_of(self, budget)
-        check_budget(chosen, f"{type(self).__name__}.{name}")
+        check_budget(chosen)
         return run_modules(blocks_of(self), *args, budget=chosen, **settings)
 
     def plan(self: Any, *args: Any, budget: Any = None) -> Plan:
         chosen = budget_of(self, budget)
-        check_budget(chosen, f"{type(self).__name__}.plan_{attribute}")
+        check_budget(chosen)
         return plan_modules(blocks_of(self), *args, budget=chosen, **settings)
 
     run.__doc__ = (f"Run ``self.{attribute}`` in sequence under the activation budget "
