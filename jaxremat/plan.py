@@ -9,10 +9,11 @@ input kept as a checkpoint, recomputed ``n`` times). ``print(plan)`` shows it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 import solver
 from solver import Chain, Checkpoint, Layer, Schedule, format_bytes, format_plan, make_schedule
+from solver.compare import budget_range, compare_methods, format_table
 
 from .budget import resolve_budget
 from .profile import LayerProfile, Profile
@@ -146,7 +147,24 @@ class Plan:
                 f"{format_bytes(row['bwd_tmp']):>11} {_format_time(row['fwd_time']):>9} "
                 f"{_format_time(row['bwd_time']):>9} {row['forwards']:>4}  {row['decision']}"
             )
+        lines += ["", "  methods at this budget (predicted peak, time overhead vs no remat):"]
+        row = compare_methods(self.chain, [self.budget / self.batch_size])[0]
+        for method, time, peak in zip(row.methods, row.times, row.peaks):
+            if time is None:
+                lines.append(f"  {method:>12}  does not fit")
+            else:
+                lines.append(f"  {method:>12}  {format_bytes(peak * self.batch_size):>11}  "
+                             f"{row.overhead(method):+8.1%}")
         return "\n".join(lines)
+
+    def compare(self, budgets: Sequence[float] | None = None, *, slots: int = 500) -> str:
+        """Every method's time overhead on this plan's chain, as a table
+        (:func:`solver.compare.compare_methods`): at ``budgets`` (bytes per example), by
+        default the plan's budget and a sweep from the smallest feasible to the no-remat peak.
+        ``—`` marks a method that does not fit."""
+        if budgets is None:
+            budgets = [self.budget / self.batch_size] + list(budget_range(self.chain, 6))
+        return format_table(compare_methods(self.chain, budgets, slots=slots))
 
     def __str__(self) -> str:
         return self.report()

@@ -13,7 +13,7 @@ a PNG with two panels:
    budgets from the smallest feasible one to the no-remat peak, with the baselines as points
    and the chosen plan highlighted.
 
-:func:`compare_plan_methods` prints the same comparison as a table (every method's time
+:meth:`jaxremat.Plan.compare` prints the same comparison as a table (every method's time
 overhead per budget, :mod:`solver.compare`).
 
 The numbers behind both panels come from :func:`memory_curves` and :func:`tradeoff_curve`,
@@ -45,7 +45,6 @@ __all__ = [
     "tradeoff_curve",
     "plot_schedule",
     "plot_plan",
-    "compare_plan_methods",
 ]
 
 _FORWARD_KINDS = (OpKind.F_ALL, OpKind.F_CK, OpKind.F_NONE)
@@ -140,20 +139,6 @@ def tradeoff_curve(
             points_by_method[name] = (float(schedule.peak), float(schedule.time))
     return TradeoffCurve(budgets, times, points_by_method, float(budgets[0]),
                          float(rows[0].reference_time))
-
-
-def compare_plan_methods(plan: Any, budgets: Sequence[float] | None = None,
-                         *, slots: int = 500) -> str:
-    """A table of every method's time overhead on ``plan.chain`` (via
-    :func:`solver.compare.compare_methods` and :func:`solver.compare.format_table`).
-
-    ``budgets`` defaults to the plan's budget followed by the sweep of
-    :func:`solver.compare.budget_range`; ``—`` marks a method that does not fit.
-    """
-    chain, _, budget = _plan_parts(plan)
-    if budgets is None:
-        budgets = ([budget] if budget is not None else []) + list(budget_range(chain, 6))
-    return format_table(compare_methods(chain, budgets, slots=slots))
 
 
 def _require_matplotlib():

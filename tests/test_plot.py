@@ -116,15 +116,14 @@ def test_missing_matplotlib_names_the_extra(chain, tmp_path, monkeypatch):
         plot_schedule(chain, schedule, tmp_path / "x.png")
 
 
-def test_compare_plan_methods_table(chain):
-    import types
-
-    from jaxremat.plot import compare_plan_methods
+def test_plan_compare_table(chain):
+    from jaxremat import Plan
 
     none = solve(chain, UNLIMITED, method="none")
     budget = 0.6 * none.peak
-    plan = types.SimpleNamespace(chain=chain, schedule=solve(chain, budget), budget=budget)
-    table = compare_plan_methods(plan)
+    plan = Plan(chain=chain, schedule=solve(chain, budget), budget=budget, method="rotor",
+                backend="checkpoint", costs="static", layers=())
+    table = plan.compare()
     lines = [line for line in table.splitlines() if not line.startswith("*")]
     cells = [re.split(r"\s{2,}", line.strip()) for line in lines]
     header, rows = cells[0], cells[2:]
