@@ -51,13 +51,12 @@ so it is conservative where JAX frees memory earlier than the model says:
   predicted, and a plan that is cheaper in the chain's time can be slightly dearer in
   flops than checkpointing every layer.
 * Not modelled: the loss function's memory beyond the gradient of the sequence's output.
-* The meter keeps the operands of a ``jax.checkpoint`` (its input and incoming gradient)
-  live until the whole recomputation and backward of the segment end, while the chain frees
-  the gradient after the segment's last layer's backward. With the ``"checkpoint"``
-  backend the meter can therefore exceed the prediction by one gradient per nesting level
-  (deeply nested revolve plans: up to 1.6x on the conv benchmark); the ``"custom_vjp"``
-  backend, whose backward is inlined, shows no such gap. XLA inlines calls before
-  assigning buffers, so this is a property of the meter's model of calls.
+* Recomputing the last layer of a segment, JAX does not materialise that layer's output
+  when its backward does not read it (a block ending in ``relu`` keeps the mask, a layer norm
+  its statistics), while ``tape[i]`` includes ``x[i+1]``: the chain over-predicts by up to
+  ``x_size[i+1]`` at that layer's backward (conv benchmark: 0.85-0.89 measured/predicted
+  for ``every_layer`` and ``revolve``). A per-layer "backward reads its output" flag in the
+  chain model would make this exact; it is not there yet.
 
 Everything except measured timing works from shapes alone (``jax.ShapeDtypeStruct``), so a
 sequence can be profiled while an outer ``jax.jit`` / ``jax.grad`` / ``jax.vmap`` traces it.

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import ClosedJaxpr, Literal
 
-from .meter import aval_nbytes, program_memory
+from .meter import aval_nbytes, inputs_read, program_memory
 from .trees import cotangent_struct, tree_bytes
 
 __all__ = ["TracedLayer", "trace_layer", "transients"]
@@ -64,14 +64,6 @@ def _layer_error(index: int, x: Any, error: Exception) -> Exception:
     )
     kind = TypeError if isinstance(error, TypeError) else ValueError
     return kind(message)
-
-
-def _used_inputs(closed: ClosedJaxpr) -> list[bool]:
-    """For each input of ``closed``: whether an equation or the output reads it."""
-    jaxpr = closed.jaxpr
-    read = {v for eqn in jaxpr.eqns for v in eqn.invars if not isinstance(v, Literal)}
-    read |= {v for v in jaxpr.outvars if not isinstance(v, Literal)}
-    return [v in read for v in jaxpr.invars]
 
 
 def _tape_bytes(forward: ClosedJaxpr, num_outputs: int, output_bytes: int,
@@ -175,7 +167,7 @@ def trace_layer(
 
     cotangent = jax.tree.map(cotangent_struct, output)
     backward = jax.make_jaxpr(_pullback_for_memory(pullback))(residuals, cotangent)
-    used = tuple(_used_inputs(backward)[:len(residuals)])
+    used = tuple(inputs_read(backward)[:len(residuals)])
     tape = _tape_bytes(forward, len(jax.tree.leaves(output)), tree_bytes(output), used)
     return TracedLayer(forward, output, tuple(residuals), used, pullback, cotangent, backward,
                        tape)

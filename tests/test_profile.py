@@ -141,7 +141,13 @@ def test_simulated_peak_equals_the_meter(name, layers, params, x):
     """The chain's sizes are what the meter sees: exact for a plain tanh stack, and
     otherwise never below the meter and within 15% of it. The chain is conservative where
     Rotor's model is: ``B(i)`` holds its inputs until ``g[i]`` exists and a layer's input
-    until its backward ends, where JAX may free them earlier."""
+    until its backward ends, where JAX may free them earlier.
+
+    The layer-norm stack is the known worst case (its activations are tiny, 1 KiB): recomputing
+    the last layer norm of a segment, JAX never materialises its output (its backward reads
+    only the statistics), and frees its input after ``x - mean``; the chain charges both
+    (2080 bytes of 9957 for ``every_layer``; see the caveats in :mod:`jaxremat.profile`).
+    Its floor is 0.75 instead of 0.85."""
     chain = profile_layers(layers, params, x, input_grad=False)
     length = len(layers)
     for plan_name, plan in (("none", none_plan(length)), ("every_layer", every_layer_plan(length)),
@@ -150,7 +156,8 @@ def test_simulated_peak_equals_the_meter(name, layers, params, x):
         measured = activation_memory(
             lambda p, x: jnp.sum(apply_plan(plan, layers, p, x, backend="custom_vjp")), params, x)
         assert measured <= predicted * 1.02, (plan_name, measured, predicted)
-        assert measured >= predicted * 0.85, (plan_name, measured, predicted)
+        floor = 0.75 if name == "layernorm" else 0.85
+        assert measured >= predicted * floor, (plan_name, measured, predicted)
         if plan_name == "none" and name == "dense":
             assert measured == predicted
 

@@ -78,7 +78,7 @@ def test_predicted_peak_matches_meter_and_flops_fall_with_budget(backend):
     for fraction in (0.2, 0.35, 0.5, 0.75):
         budget = int(fraction * full)
         flops = {}
-        for method in ("rotor", "sqrt", "every_layer"):
+        for method in ("rotor", "sqrt", "every_layer", "revolve"):
             seq = remat_sequence(layers, budget, method=method, backend=backend)
             try:
                 plan = seq.plan(params, x)
@@ -93,6 +93,7 @@ def test_predicted_peak_matches_meter_and_flops_fall_with_budget(backend):
             assert measured <= 1.1 * budget
             flops[method] = grad_flops(loss, params, x)
         assert "rotor" in flops, f"rotor infeasible at {fraction}"
+        assert "revolve" in flops, f"revolve infeasible at {fraction}"  # nested checkpoints
         for method in ("sqrt", "every_layer"):
             if method in flops:
                 assert flops["rotor"] <= flops[method] * (1 + 1e-9), (fraction, flops)
