@@ -19,6 +19,8 @@ from .schedule import (
 )
 from .simulate import MemoryState, apply_op, drop, initial_state, memory_trace, simulate
 from .checkpoint_set import CheckpointSet
+from .graph import Graph
+from .linear import min_peak_chain
 from .baselines import BASELINE_METHODS, baseline_schedule
 from .exhaustive import ExhaustiveResult, exhaustive_optimum, exhaustive_search
 from .chains import random_chain, resnet_like, transformer_like
@@ -27,3 +29,4 @@ from .solve import METHODS, solve
 from .acg import checkpoint_search
 from .graph_model import graph_segments, training_memory
 from .graph_simulate import schedule_graph, simulate_graph
+from .ilp import IlpSolution, TrainingGraph, ilp_min_peak, solve_ilp

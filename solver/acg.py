@@ -1,0 +1,245 @@
+"""Optimal gradient checkpoints on arbitrary computation graphs (ALGORITHMS.md section 4).
+
+Reference: Jianwei Feng and Dong Huang, "Optimal Gradient Checkpoint Search for Arbitrary
+Computation Graphs", CVPR 2021 (arXiv:1808.00079).
+
+**Model** (:mod:`solver.graph_model`): the training memory of a set ``C`` of kept inner
+vertices is ``sum(size[v] for v in C) + max(cost of a segment)``, where the segments are the
+groups of recomputed vertices rebuilt by one local forward (connected components of the
+recomputed vertices, merged when they lie on a common cycle through checkpoints) and the
+cost of a segment is the sum of its vertices' sizes, as in Feng & Huang's code. The source
+and the target are always available and are left out of every sum, as their code does.
+``recompute`` is the summed compute cost of the recomputed vertices (each rebuilt once).
+
+**Search.** As in the paper, the answer is the minimum over the *max term* ``m`` (the bound on
+the largest segment) of ``m + f(m)``, where ``f(m)`` is the least checkpoint memory whose
+segments all fit in ``m``; ``f`` is computed on the division tree (linear, branch and complex
+divisions of independent segments, :mod:`solver.division`). On a linear graph the DP at one
+``m`` is exactly the accessibility-graph shortest path of the paper (edge ``u -> v`` when the
+segment strictly between them fits in ``m``, weighted by ``size[v]``), computed as a front
+sweep. Departures from the paper, all to make the result exact for the model above:
+
+* The paper only places checkpoints inside an independent segment whose endpoints are both
+  checkpoints ("expanded" segments). A recomputed endpoint can also be cut off from the rest
+  of its segment by checkpoints inside (e.g. keep one vertex of each branch of an inception
+  module and recompute the module's input and output with different neighbours): our DP
+  tracks, per segment, which recomputed bytes attach to each endpoint (solver.acg_dp).
+* Instead of enumerating every distinct max term (quadratically many per linear division),
+  ``m`` is searched by branch and bound: ``f`` never increases with ``m``, so on an interval
+  ``(lo, hi)`` of max terms ``m + f(m) >= lo + f(hi)``; intervals whose bound cannot beat the
+  best set found are dropped, the others bisected. Every evaluation also returns a real set
+  whose own largest segment ``m' <= m`` gives ``f`` on all of ``[m', m]``.
+* Complex divisions are enumerated exactly up to ``solver.acg_dp.COMPLEX_LIMIT`` inner vertices
+  (beyond, a documented heuristic; the paper splits them into sub-segments heuristically too).
+
+Exactness: with integer sizes (bytes), the result is optimal for the model (checked against
+brute force over all subsets in tests/test_acg.py). With fractional sizes, max terms closer
+than ``1e-9`` of the total size are not told apart.
+
+**Budgeted variant** (``budget=``): the least recompute among sets whose memory fits the
+budget. The DP then keeps, per end state, the Pareto front of (checkpoint bytes, recompute);
+branch and bound over the max-term interval ``(lo, hi]``: the relaxation "segments <= hi,
+checkpoint bytes <= budget - lo" bounds every set whose largest segment lies in the interval;
+an interval closes when its least-recompute relaxed set really fits the budget (or cannot
+beat the best one), else it is bisected. Partial sets whose recompute already reaches the
+best complete set's are dropped; a greedy pass (keep vertices by compute per byte while the
+memory fits) supplies the first such set. The fronts can grow large on big graphs (a
+knapsack over hundreds of vertices): see benchmarks/acg.py for measured times.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+import warnings
+
+import numpy as np
+
+from .acg_dp import Context, TimeLimit, evaluate
+from .checkpoint_set import CheckpointSet
+from .division import Node, division_tree
+from .errors import InfeasibleBudget
+from .graph import Graph
+from .graph_model import memory_of, segments_of
+
+__all__ = ["checkpoint_search"]
+
+_METHOD = "checkpoint_search"
+
+
+def checkpoint_search(
+    graph: Graph, *, budget: float | None = None, time_limit: float | None = None
+) -> CheckpointSet:
+    """Feng & Huang's optimal gradient checkpoints of ``graph`` (module docstring).
+
+    Args:
+      graph: the computation graph (sizes in bytes, costs in flops or seconds).
+      budget: if given, return the set of least ``recompute`` whose predicted memory is at
+        most ``budget`` instead of the set of least memory.
+      time_limit: seconds allowed to the budgeted search (the least-memory search always
+        runs to the end). When they run out, the best set found so far is returned (it fits
+        the budget but may not have the least recompute) and a ``RuntimeWarning`` says so.
+        Default: no limit.
+
+    Returns:
+      A :class:`~solver.checkpoint_set.CheckpointSet`: ``checkpoints`` the kept vertex names
+      (source and target, always kept, are not listed), ``segments`` the groups of
+      recomputed vertex names (topological order) each rebuilt by one local forward,
+      ``peak`` the predicted training memory, ``recompute`` the cost of the local forwards.
+
+    Raises:
+      InfeasibleBudget: no checkpoint set fits ``budget``; ``min_budget`` is the least
+        achievable memory.
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"checkpoint_search expects a solver.Graph, got {type(graph).__name__}.")
+    search = _Search(graph)
+    mem, rc, kept = search.least_memory()
+    if budget is not None:
+        budget = float(budget)
+        if not math.isfinite(budget) or budget < 0:
+            raise ValueError(f"budget must be a finite non-negative number of bytes, got {budget!r}.")
+        if mem > budget + search.eps:
+            raise InfeasibleBudget(budget, mem, _METHOD, units="bytes")
+        deadline = np.inf if time_limit is None else time.monotonic() + float(time_limit)
+        mem, rc, kept = search.least_recompute(budget, incumbent=(mem, rc, kept), deadline=deadline)
+    return search.result(kept)
+
+
+class _Search:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.tree: Node = division_tree(graph)
+        sizes = graph.sizes
+        inner = sizes[1:-1]
+        total = float(inner.sum())
+        self.integral = bool(np.all(inner == np.round(inner))) and total < 2.0**52
+        self.eps = 1e-9 if self.integral else 1e-12 * max(total, 1.0)
+        self.tol = 1.0 if self.integral else 1e-9 * max(total, 1.0)
+        self.total = total
+        self.evaluations = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _solve(self, ctx: Context, seg_limit: float, size_limit: float):
+        ctx.seg_limit = seg_limit + self.eps
+        ctx.size_limit = size_limit + self.eps
+        self.evaluations += 1
+        return evaluate(self.tree, ctx, {"cc"})["cc"]
+
+    def _kept(self, mask: int) -> list[int]:
+        return [v for v in range(1, len(self.graph) - 1) if mask >> v & 1]
+
+    def result(self, kept: list[int]) -> CheckpointSet:
+        names = self.graph.names
+        mem, _, rc = memory_of(self.graph, kept)
+        segments = tuple(tuple(names[v] for v in s) for s in segments_of(self.graph, kept))
+        return CheckpointSet(tuple(names[v] for v in kept), segments, mem, rc)
+
+    # ------------------------------------------------------------------ least memory
+    def least_memory(self) -> tuple[float, float, list[int]]:
+        """Branch and bound over the max term ``m`` of ``m + f(m)`` (module docstring).
+
+        An interval ``[lo, hi)`` of max terms with ``f >= f_low`` on it is examined at its top
+        ``t = hi - step``: if ``f(t)`` is too large to win, so is every ``f(m)``, ``m <= t``;
+        otherwise the set found has a largest segment ``m' <= t`` and fixes ``f`` on
+        ``[m', t]``, leaving ``[lo, m')`` (split in two halves) with ``f >= f(t)``.
+        """
+        ctx = Context(self.graph.sizes, self.graph.costs, budget_mode=False)
+        best_mem, _, best_rc = memory_of(self.graph, [])
+        best = (best_mem, best_rc, [])
+        step = 1.0 if self.integral else self.tol
+        margin = 0.5 if self.integral else self.eps
+        heap = [(0.0, 0.0, best_mem, 0.0)]  # (lower bound, lo, hi, f_low)
+        while heap:
+            bound, lo, hi, f_low = heapq.heappop(heap)
+            if bound >= best[0] - margin:
+                break
+            top = hi - step
+            if top < lo:
+                continue
+            front = self._solve(ctx, top, best[0] - lo - (step if self.integral else 0.0))
+            if len(front) == 0:  # f(top) too large to win: so is f(m) for every m <= top
+                continue
+            size, mask = float(front.size[0]), int(front.mask[0])
+            kept = self._kept(mask)
+            mem, largest, rc = memory_of(self.graph, kept)
+            assert largest <= top + 10 * self.eps and abs(mem - size - largest) <= 1e-6 * max(mem, 1), (
+                "internal error: the division-tree DP disagrees with the memory model")
+            if mem < best[0] - margin or (mem <= best[0] + self.eps and rc < best[1]):
+                best = (mem, rc, kept)
+            if largest <= lo:
+                continue
+            mid = math.floor((lo + largest) / 2) if self.integral else (lo + largest) / 2
+            if mid > lo:
+                heapq.heappush(heap, (mid + size, mid, largest, size))
+                heapq.heappush(heap, (lo + size, lo, mid, size))
+            else:
+                heapq.heappush(heap, (lo + size, lo, largest, size))
+        return best
+
+    # ------------------------------------------------------------------ least recompute
+    def _greedy(self, budget: float, best):
+        """A first incumbent: from the least-memory set, keep more vertices, best compute per
+        byte first, while the memory fits (it prunes the exact search, nothing more)."""
+        graph = self.graph
+        kept = set(best[2])
+        ratio = graph.costs / np.maximum(graph.sizes, 1e-300)
+        for v in sorted(range(1, len(graph) - 1), key=lambda v: -ratio[v]):
+            if v in kept or graph.costs[v] <= 0:
+                continue
+            mem, _, rc = memory_of(graph, kept | {v})
+            if mem <= budget + self.eps:
+                kept.add(v)
+                if rc < best[1]:
+                    best = (mem, rc, sorted(kept))
+        return best
+
+    def least_recompute(self, budget: float, incumbent, deadline: float = np.inf):
+        """Branch and bound over max-term intervals ``(lo, hi]`` (module docstring)."""
+        ctx = Context(self.graph.sizes, self.graph.costs, budget_mode=True,
+                      knapsack_limit=budget + self.eps, deadline=deadline)
+        best = incumbent
+        everything = list(range(1, len(self.graph) - 1))
+        mem_all, _, rc_all = memory_of(self.graph, everything)
+        if mem_all <= budget + self.eps and rc_all < best[1]:
+            best = (mem_all, rc_all, everything)
+        best = self._greedy(budget, best)
+        step = 1.0 if self.integral else 0.0
+        hi0 = math.floor(budget) if self.integral else budget
+        heap = [(0.0, -1.0 if self.integral else -self.tol, hi0)]
+        while heap:
+            bound, lo, hi = heapq.heappop(heap)
+            if bound >= best[1] - 1e-12 * max(abs(best[1]), 1.0):
+                continue
+            ctx.rc_limit = best[1] * (1 - 1e-12) if best[1] > 0 else -np.inf
+            try:
+                front = self._solve(ctx, hi, budget - lo - step)
+            except TimeLimit:
+                warnings.warn(
+                    "checkpoint_search: the time limit ran out; returning the best checkpoint "
+                    "set found, which fits the budget but may not have the least recompute.",
+                    RuntimeWarning, stacklevel=3)
+                return best
+            if len(front) == 0:
+                continue
+            order = np.lexsort((front.size, front.rc))
+            least = float(front.rc[order[0]])
+            if least >= best[1] - 1e-12 * max(abs(best[1]), 1.0):
+                continue
+            closed = False
+            for rank, k in enumerate(order[:4]):
+                if float(front.rc[k]) >= best[1]:
+                    break
+                kept = self._kept(int(front.mask[k]))
+                mem, _, rc = memory_of(self.graph, kept)
+                if mem <= budget + self.eps:
+                    best = (mem, rc, kept)
+                    closed = rank == 0
+                    break
+            if closed or hi - lo <= self.tol:
+                continue
+            mid = math.floor((lo + hi) / 2) if self.integral else (lo + hi) / 2
+            heapq.heappush(heap, (least, lo, mid))
+            heapq.heappush(heap, (least, mid, hi))
+        return best

@@ -1,0 +1,250 @@
+"""Pareto fronts of partial checkpoint sets, the currency of the division-tree DP (solver.acg).
+
+A :class:`Front` holds candidate checkpoint sets of one independent segment as parallel
+numpy columns:
+
+* ``a``, ``b``: bytes of the segment's recomputed vertices that end up in the segment of
+  its first / last endpoint (the "open" weights, still growing outside the segment);
+* ``size``: bytes of its checkpoints; ``rc``: compute cost of its recomputed vertices;
+* ``mask``: the checkpoint set itself, a Python ``int`` bitmask over vertex ids (object
+  column), so that no back-pointers are needed to rebuild the answer.
+
+:func:`prune` keeps the candidates that fit the limits and that no other candidate beats on
+every column that matters (see there). Candidate groups (:class:`Candidates`) are built by
+pairing two fronts and carry a lazy mask builder, so masks are only OR-ed for survivors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numba
+import numpy as np
+
+__all__ = ["Front", "Candidates", "EMPTY", "single", "pairs", "prune", "nondominated"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Front:
+    """Candidate checkpoint sets of one segment (columns described in the module docstring)."""
+
+    a: np.ndarray
+    b: np.ndarray
+    size: np.ndarray
+    rc: np.ndarray
+    mask: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.size)
+
+
+def _object_array(values: Sequence[int]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+EMPTY = Front(*(np.zeros(0) for _ in range(4)), _object_array([]))
+
+
+def single(a: float = 0.0, b: float = 0.0, size: float = 0.0, rc: float = 0.0, mask: int = 0) -> Front:
+    """A front with one candidate."""
+    return Front(np.array([a]), np.array([b]), np.array([size]), np.array([rc]), _object_array([mask]))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Candidates:
+    """Unpruned candidates; ``masks(indices)`` builds the bitmasks of the chosen ones."""
+
+    a: np.ndarray
+    b: np.ndarray
+    size: np.ndarray
+    rc: np.ndarray
+    masks: Callable[[np.ndarray], np.ndarray]
+
+    @classmethod
+    def of(cls, front: Front, *, a=None, b=None, size_add: float = 0.0, rc_add: float = 0.0,
+           bit: int = 0) -> "Candidates":
+        """The candidates of ``front`` with shifted columns (``a``/``b`` replace if given)."""
+        mask = front.mask
+        return cls(
+            front.a if a is None else a,
+            front.b if b is None else b,
+            front.size + size_add,
+            front.rc + rc_add,
+            (lambda k: mask[k] | bit) if bit else (lambda k: mask[k]),
+        )
+
+
+def pairs(
+    f: Front,
+    g: Front,
+    combine: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+    *,
+    size_add: float = 0.0,
+    rc_add: float = 0.0,
+    bit: int = 0,
+) -> Candidates | None:
+    """Every pair ``(i, j)`` of candidates of ``f`` and ``g``, joined.
+
+    ``combine(i, j)`` returns the new ``a`` and ``b`` columns and an optional boolean filter
+    (e.g. "the segment formed in the middle fits the limit"). Sizes and recompute add up,
+    plus ``size_add`` / ``rc_add``; masks are OR-ed, plus ``bit``.
+    """
+    if len(f) == 0 or len(g) == 0:
+        return None
+    i = np.repeat(np.arange(len(f)), len(g))
+    j = np.tile(np.arange(len(g)), len(f))
+    a, b, ok = combine(i, j)
+    if ok is not None:
+        i, j, a, b = i[ok], j[ok], a[ok], b[ok]
+        if len(i) == 0:
+            return None
+    fm, gm = f.mask, g.mask
+
+    def masks(k: np.ndarray) -> np.ndarray:
+        out = fm[i[k]] | gm[j[k]]
+        return out | bit if bit else out
+
+    return Candidates(a, b, f.size[i] + g.size[j] + size_add, f.rc[i] + g.rc[j] + rc_add, masks)
+
+
+def nondominated(columns: Sequence[np.ndarray], tiebreak: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the rows no other row beats or equals on every column.
+
+    Among rows equal on every column, the one with the least ``tiebreak`` is kept.
+    """
+    k = len(columns[0])
+    if k <= 1:
+        return np.arange(k)
+    keys = list(columns) + ([tiebreak] if tiebreak is not None else [])
+    order = np.lexsort(keys[::-1])
+    x = np.stack([c[order] for c in columns], axis=1)
+    d = x.shape[1]
+    if d == 1:
+        return order[:1]
+    if d == 2:
+        running = np.minimum.accumulate(x[:, 1])
+        previous = np.concatenate(([np.inf], running[:-1]))
+        return order[x[:, 1] < previous]
+    if d == 3:
+        ranks = np.unique(x[:, 1], return_inverse=True)[1].astype(np.int64)
+        return order[_sweep3(ranks, np.ascontiguousarray(x[:, 2]))]
+    return order[_sweep(np.ascontiguousarray(x))]
+
+
+@numba.njit(cache=True)
+def _sweep3(rank1: np.ndarray, x2: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Three columns, rows sorted lexicographically: row ``r`` is dominated iff an earlier
+    kept row has column 1 ``<=`` and column 2 ``<=`` (column 0 is ``<=`` by the order).
+    A Fenwick tree over the ranks of column 1 keeps prefix minima of column 2: O(k log k)."""
+    k = rank1.shape[0]
+    size = int(rank1.max()) + 1 if k else 0
+    tree = np.full(size + 1, np.inf)
+    keep = np.zeros(k, dtype=np.bool_)
+    for r in range(k):
+        i = rank1[r] + 1
+        best = np.inf
+        while i > 0:
+            if tree[i] < best:
+                best = tree[i]
+            i -= i & (-i)
+        if best <= x2[r]:
+            continue
+        keep[r] = True
+        i = rank1[r] + 1
+        while i <= size:
+            if x2[r] < tree[i]:
+                tree[i] = x2[r]
+            i += i & (-i)
+    return keep
+
+
+@numba.njit(cache=True)
+def _sweep(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Rows sorted lexicographically: a dominating row always comes first, so row ``r`` is
+    dropped when some earlier *kept* row is ``<=`` on every column (dominance is
+    transitive). ``O(rows * front)``."""
+    k, d = x.shape
+    keep = np.zeros(k, dtype=np.bool_)
+    front = np.empty(k, dtype=np.int64)
+    n = 0
+    for r in range(k):
+        dominated = False
+        for t in range(n):
+            j = front[t]
+            le = True
+            for c in range(d):
+                if x[j, c] > x[r, c]:
+                    le = False
+                    break
+            if le:
+                dominated = True
+                break
+        if not dominated:
+            keep[r] = True
+            front[n] = r
+            n += 1
+    return keep
+
+
+def prune(
+    groups: Sequence[Candidates | Front | None],
+    columns: str,
+    *,
+    seg_limit: float,
+    size_limit: float,
+    with_rc: bool,
+    record: Callable[[str, np.ndarray, np.ndarray], None] | None = None,
+    rc_limit: float = np.inf,
+) -> Front:
+    """Merge candidate groups, drop those over the limits, keep the Pareto-optimal ones.
+
+    Args:
+      groups: candidate groups (``None`` entries are skipped).
+      columns: which open weights matter: ``""``, ``"a"``, ``"b"`` or ``"ab"``.
+      seg_limit: every open weight must be ``<= seg_limit`` (it only grows later).
+      size_limit: checkpoint bytes must be ``<= size_limit``.
+      with_rc: compare on recompute too (budget mode: the fronts are (weights, size, rc)
+        Pareto fronts); otherwise recompute only breaks ties.
+      record: called as ``record(kind, values, accepted)`` for the comparisons against the
+        limits (``kind`` is ``"seg"``, ``"size"`` or ``"rc"``), so that callers can tell for
+        which limits the result stays the same.
+      rc_limit: recompute must be ``< rc_limit`` (an incumbent's; recompute only grows).
+    """
+    parts = [g for g in groups if g is not None and len(g.size)]
+    if not parts:
+        return EMPTY
+    a = np.concatenate([p.a for p in parts])
+    b = np.concatenate([p.b for p in parts])
+    size = np.concatenate([p.size for p in parts])
+    rc = np.concatenate([p.rc for p in parts])
+    group = np.concatenate([np.full(len(p.size), n) for n, p in enumerate(parts)])
+    local = np.concatenate([np.arange(len(p.size)) for p in parts])
+    ok_size = size <= size_limit
+    ok_a = a <= seg_limit
+    ok_b = b <= seg_limit
+    ok_rc = rc < rc_limit
+    if record is not None:
+        record("size", size, ok_size)
+        record("seg", a, ok_a)
+        record("seg", b, ok_b)
+        if rc_limit < np.inf:
+            record("rc", rc, ok_rc)
+    ok = ok_size & ok_a & ok_b & ok_rc
+    idx = np.flatnonzero(ok)
+    if len(idx) == 0:
+        return EMPTY
+    cols = [x[idx] for name, x in (("a", a), ("b", b)) if name in columns]
+    cols.append(size[idx])
+    if with_rc:
+        cols.append(rc[idx])
+    idx = idx[nondominated(cols, None if with_rc else rc[idx])]
+    mask = np.empty(len(idx), dtype=object)
+    for n, p in enumerate(parts):
+        sel = group[idx] == n
+        if sel.any():
+            built = p.mask[local[idx[sel]]] if isinstance(p, Front) else p.masks(local[idx[sel]])
+            mask[np.flatnonzero(sel)] = built
+    return Front(a[idx], b[idx], size[idx], rc[idx], mask)

@@ -1,0 +1,280 @@
+"""Checkmate's ILP (solver/ilp.py) against an exhaustive search and hand-worked answers."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from solver import Chain, InfeasibleBudget
+from solver.graph import Graph
+from solver import IlpSolution, TrainingGraph, ilp_min_peak, solve_ilp
+from solver.rotor import RotorTable, rotor_min_budget
+
+
+# --------------------------------------------------------------------------- checkers
+def replay(graph: TrainingGraph, order) -> tuple[float, float]:
+    """Independent check of a program order: ``(total cost, peak)``.
+
+    Every computation needs all its dependencies resident; a free needs the value
+    resident; memory is the sum of resident sizes right after each computation; the
+    source is computed exactly once; every vertex is computed at least once.
+    """
+    resident: set[int] = set()
+    computed = [0] * len(graph)
+    cost = peak = 0.0
+    for action, v in order:
+        if action == "compute":
+            missing = [i for i in graph.deps[v] if i not in resident]
+            assert not missing, f"computing {graph.names[v]} without {missing}"
+            resident.add(v)
+            computed[v] += 1
+            cost += graph.costs[v]
+            peak = max(peak, sum(graph.sizes[i] for i in resident))
+        else:
+            assert action == "free" and v in resident, f"freeing {v} which is not resident"
+            resident.discard(v)
+    assert all(count >= 1 for count in computed), "some vertex is never computed"
+    assert computed[0] == 1, "the input is given once"
+    return cost, peak
+
+
+def check_solution(solution: IlpSolution, budget: float) -> None:
+    cost, peak = replay(solution.graph, solution.order)
+    assert cost == pytest.approx(solution.objective)
+    assert peak == pytest.approx(solution.peak)
+    assert peak <= budget + 1e-9
+
+
+def exhaustive(graph: TrainingGraph) -> list[tuple[float, float]]:
+    """Pareto front ``(peak, cost)`` of every schedule in the ILP's class, by enumeration.
+
+    The class: stage ``t`` starts with a held set ``S`` (subset of ``0..t-1``), computes a
+    set ``R`` containing ``t`` (and never the source after stage 0) in index order with
+    every dependency held or computed earlier in the stage, and keeps any subset of what it
+    held or computed for the next stage. Values are freed right after their last use in
+    the stage unless kept. A dynamic program over stages keeps, for each held set, the
+    Pareto front of (peak so far, cost so far). No reduction of the ILP is assumed.
+    """
+    T = len(graph)
+    deps_mask = [sum(1 << i for i in deps) for deps in graph.deps]
+    size_of = [sum(graph.sizes[i] for i in range(T) if m >> i & 1) for m in range(1 << T)]
+    fronts: dict[int, list[tuple[float, float]]] = {0: [(0.0, 0.0)]}
+    for t in range(T):
+        optional = list(range(1, t)) if t > 0 else []
+        nxt: dict[int, list[tuple[float, float]]] = {}
+        for held, front in fronts.items():
+            for r in range(len(optional) + 1):
+                for extra in itertools.combinations(optional, r):
+                    computed = sorted(extra) + [t]
+                    avail, ok = held, True
+                    for k in computed:
+                        if deps_mask[k] & ~avail:
+                            ok = False
+                            break
+                        avail |= 1 << k
+                    if not ok:
+                        continue
+                    # needed_after[p]: deps of the computations after position p.
+                    needed_after = [0] * (len(computed) + 1)
+                    for p in range(len(computed) - 1, -1, -1):
+                        needed_after[p] = needed_after[p + 1] | deps_mask[computed[p]]
+                    cost = float(sum(graph.costs[k] for k in computed))
+                    keepable = avail if t + 1 < T else 0
+                    sub = keepable
+                    while True:  # every subset of what can be kept
+                        keep = sub
+                        resident = held & (needed_after[0] | keep)
+                        peak = 0.0
+                        for p, k in enumerate(computed):
+                            resident |= 1 << k
+                            peak = max(peak, size_of[resident])
+                            resident &= needed_after[p + 1] | keep
+                        for old_peak, old_cost in front:
+                            nxt.setdefault(keep, []).append((max(old_peak, peak), old_cost + cost))
+                        if sub == 0:
+                            break
+                        sub = (sub - 1) & keepable
+        fronts = {state: _pareto(points) for state, points in nxt.items()}
+    return _pareto([p for points in fronts.values() for p in points])
+
+
+def _pareto(points):
+    out, best_cost = [], np.inf
+    for peak, cost in sorted(points):
+        if cost < best_cost - 1e-12:
+            out.append((peak, cost))
+            best_cost = cost
+    return out
+
+
+# --------------------------------------------------------------------------- graphs
+def chain_graph(sizes, costs=None) -> Graph:
+    return Graph.chain(sizes, costs)
+
+
+def diamond(sizes) -> Graph:
+    return Graph.from_edges([(0, 1), (0, 2), (1, 3), (2, 3)], sizes)
+
+
+def skip(sizes) -> Graph:
+    return Graph.from_edges([(0, 1), (1, 2), (2, 3), (0, 2)], sizes)
+
+
+def tiny_graphs():
+    rng = np.random.default_rng(0)
+    cases = []
+    for n in (2, 3, 4):
+        for _ in range(2):
+            sizes = rng.integers(1, 5, n).tolist()
+            costs = [0] + rng.integers(1, 4, n - 1).tolist()
+            cases.append((f"chain{n}-{sizes}", chain_graph(sizes, costs)))
+    cases.append(("chain4-ones", chain_graph([1, 1, 1, 1])))
+    for build in (diamond, skip):
+        for _ in range(2):
+            cases.append((f"{build.__name__}-", build(rng.integers(1, 5, 4).tolist())))
+    return cases
+
+
+TINY = tiny_graphs()
+
+
+# --------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("name, graph", TINY, ids=[c[0] for c in TINY])
+def test_matches_exhaustive_search(name, graph):
+    training = TrainingGraph.from_graph(graph)
+    front = exhaustive(training)
+    least_peak = front[0][0]
+    assert ilp_min_peak(graph) == pytest.approx(least_peak)
+    budgets = sorted({least_peak, least_peak + 1, least_peak + 2, float(training.sizes.sum())})
+    for budget in budgets:
+        expected = min(cost for peak, cost in front if peak <= budget + 1e-9)
+        solution = solve_ilp(graph, budget)
+        assert solution.optimal
+        assert solution.objective == pytest.approx(expected), budget
+        check_solution(solution, budget)
+    with pytest.raises(InfeasibleBudget) as info:
+        solve_ilp(graph, least_peak - 0.5)
+    assert info.value.min_budget == pytest.approx(least_peak)
+
+
+def test_hand_worked_chain_of_five_unit_tensors():
+    # x0..x4 (unit sizes, cost 1, source free), backward costs 2: no recomputation costs
+    # 4 + 8 = 12. Storing everything peaks at 6 (x0..x4 + the first gradient). The input
+    # is never recomputed and the first backward needs x3, x4 and its output, so 4 + one
+    # more held value: holding x2 and recomputing x1 once for the last-but-one backward
+    # fits in 5 at cost 13. Nothing fits in less than 5.
+    graph = chain_graph([1, 1, 1, 1, 1])
+    assert ilp_min_peak(graph) == 5.0
+    assert solve_ilp(graph, 6).objective == 12.0
+    at_five = solve_ilp(graph, 5)
+    assert at_five.objective == 13.0 and at_five.recompute == 1.0
+    check_solution(at_five, 5)
+    with pytest.raises(InfeasibleBudget, match="smallest budget that works is 5"):
+        solve_ilp(graph, 4.9)
+
+
+def test_training_graph_structure():
+    training = TrainingGraph.from_graph(diamond([1, 2, 3, 4]))
+    names = training.names
+    assert names[:4] == (("fwd", 0), ("fwd", 1), ("fwd", 2), ("fwd", 3))
+    b3, b2, b1 = (names.index(("bwd", v)) for v in (3, 2, 1))
+    assert training.deps[b3] == (1, 2, 3)  # inputs 1, 2 and the output 3; no seed gradient
+    assert training.sizes[b3] == 2 + 3  # gradients of both inputs
+    assert set(training.deps[b1]) == {0, 1, b3}  # input 0, itself, gradient from 3's backward
+    assert training.sizes[b1] == 1
+    assert training.costs[b3] == 2.0  # default backward cost: twice the forward
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_formulations_agree(seed):
+    rng = np.random.default_rng(seed)
+    graphs = [
+        chain_graph(rng.integers(1, 6, 7).tolist(), [0] + rng.integers(1, 4, 6).tolist()),
+        Graph.from_edges(
+            [(0, 1), (1, 2), (2, 3), (1, 3), (3, 4), (0, 4)], rng.integers(1, 6, 5).tolist()
+        ),
+    ]
+    for graph in graphs:
+        liveness = ilp_min_peak(graph, formulation="liveness")
+        assert ilp_min_peak(graph, formulation="checkmate") == pytest.approx(liveness)
+        for budget in (liveness, liveness + 2):
+            a = solve_ilp(graph, budget, formulation="liveness")
+            b = solve_ilp(graph, budget, formulation="checkmate")
+            assert a.objective == pytest.approx(b.objective)
+            check_solution(a, budget)
+            check_solution(b, budget)
+
+
+def residual(blocks: int, sizes) -> Graph:
+    """``x0 -> a1 -> x1 -> a2 -> x2 ...`` with skip edges ``x_{b-1} -> x_b``."""
+    edges = []
+    for b in range(1, blocks + 1):
+        edges += [(f"x{b - 1}", f"a{b}"), (f"a{b}", f"x{b}"), (f"x{b - 1}", f"x{b}")]
+    names = ["x0"] + [n for b in range(1, blocks + 1) for n in (f"a{b}", f"x{b}")]
+    return Graph.from_edges(edges, dict(zip(names, sizes)))
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_tight_budgets_on_medium_graphs(seed):
+    # Long backward stages with checkpoints held across recomputations: the returned
+    # order must stay within the budget when replayed, and both formulations agree.
+    rng = np.random.default_rng(10 + seed)
+    graphs = [
+        chain_graph(rng.integers(1, 5, 11).tolist()),
+        residual(4, rng.integers(1, 5, 9).tolist()),
+    ]
+    for graph in graphs:
+        least = ilp_min_peak(graph)
+        for budget in (least, least + 1):
+            a = solve_ilp(graph, budget, formulation="liveness")
+            b = solve_ilp(graph, budget, formulation="checkmate")
+            check_solution(a, budget)
+            check_solution(b, budget)
+            assert a.objective == pytest.approx(b.objective)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lower_bound_on_rotor_for_tapeless_chains(seed):
+    # With xbar_size == x_size[1:] and no temporaries, every Rotor schedule is in the
+    # ILP's class with the same time and no more memory.
+    rng = np.random.default_rng(100 + seed)
+    length = int(rng.integers(2, 5))
+    x = rng.integers(1, 5, length + 1).astype(float)
+    chain = Chain(
+        fwd_time=rng.integers(1, 4, length), bwd_time=rng.integers(1, 5, length),
+        x_size=x, xbar_size=x[1:],
+    )
+    training = TrainingGraph.from_chain(chain)
+    rotor_least = rotor_min_budget(chain)
+    assert ilp_min_peak(training) <= rotor_least + 1e-9
+    for budget in (rotor_least, rotor_least + 1, rotor_least + 3):
+        rotor = RotorTable(chain, max_budget=budget, slots=int(budget) + 1).schedule(budget)
+        solution = solve_ilp(training, budget)
+        check_solution(solution, budget)
+        assert solution.objective <= rotor.time + 1e-9
+
+
+def test_chain_training_graph_matches_rotor_costs():
+    chain = Chain(fwd_time=[1, 2], bwd_time=[3, 4], x_size=[5, 6, 7], xbar_size=[6, 7])
+    training = TrainingGraph.from_chain(chain)
+    assert [n for _, n in training.names] == ["x0", "x1", "x2", "loss", "loss", "x2", "x1"]
+    assert list(training.costs) == [0, 1, 2, 0, 0, 4, 3]
+    # Backward of the loss outputs g[2] (size of x2); then g[1], g[0].
+    assert list(training.sizes[4:]) == [7, 6, 5]
+    # With an unlimited budget nothing is recomputed: the cost is the chain's total time.
+    solution = solve_ilp(training, 1e9)
+    assert solution.objective == 10.0 and solution.recompute == 0.0
+
+
+def test_errors():
+    graph = chain_graph([1, 1, 1])
+    with pytest.raises(ValueError, match="formulation"):
+        solve_ilp(graph, 10, formulation="gurobi")
+    with pytest.raises(ValueError, match="budget"):
+        solve_ilp(graph, float("nan"))
+    with pytest.raises(ValueError, match="backward_costs"):
+        solve_ilp(graph, 10, backward_costs=[1.0])
+    with pytest.raises(TypeError, match="Graph or TrainingGraph"):
+        solve_ilp([1, 2, 3], 10)
