@@ -26,11 +26,13 @@ sweep. Departures from the paper, all to make the result exact for the model abo
   tracks, per segment, which recomputed bytes attach to each endpoint (solver.acg_dp).
 * Instead of enumerating every distinct max term (quadratically many per linear division),
   ``m`` is searched by branch and bound: ``f`` never increases with ``m``, so on an interval
-  ``(lo, hi)`` of max terms ``m + f(m) >= lo + f(hi)``; intervals whose bound cannot beat the
-  best set found are dropped, the others bisected. Every evaluation also returns a real set
-  whose own largest segment ``m' <= m`` gives ``f`` on all of ``[m', m]``.
-* Complex divisions are enumerated exactly up to ``solver.acg_dp.COMPLEX_LIMIT`` inner vertices
-  (beyond, a documented heuristic; the paper splits them into sub-segments heuristically too).
+  ``[lo, hi)`` of max terms ``m + f(m) >= lo + f(hi)``. Intervals whose bound cannot beat
+  the best set found are dropped; the others are evaluated at their top: the set found there
+  has a largest segment ``m' <= m`` that fixes ``f`` on ``[m', m]``, and what is left below
+  ``m'`` is split in two.
+* Complex divisions are enumerated exactly up to ``solver.acg_dp.COMPLEX_LIMIT`` inner vertices;
+  beyond, only the smallest inner vertices are candidates (a heuristic, with a warning). The
+  paper keeps every division vertex of an expanded complex division.
 
 Exactness: with integer sizes (bytes), the result is optimal for the model (checked against
 brute force over all subsets in tests/test_acg.py). With fractional sizes, max terms closer
@@ -91,6 +93,10 @@ def checkpoint_search(
     Raises:
       InfeasibleBudget: no checkpoint set fits ``budget``; ``min_budget`` is the least
         achievable memory.
+
+    Among sets of least memory the search keeps the least recompute it comes across, not
+    necessarily the least overall; ``checkpoint_search(graph, budget=result.peak)`` gives
+    that.
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"checkpoint_search expects a solver.Graph, got {type(graph).__name__}.")

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 
 import numba
 import numpy as np
@@ -93,7 +94,11 @@ class Context:
             raise TimeLimit
         return prune(groups, _COLUMNS[state], seg_limit=self.seg_limit,
                      size_limit=self.size_limit, with_rc=self.budget_mode, record=self.record,
-                     rc_limit=self.rc_limit)
+                     rc_limit=self.rc_limit, tick=self.tick)
+
+    def tick(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise TimeLimit
 
     def record(self, kind: str, values: np.ndarray, accepted: np.ndarray) -> None:
         """Note a comparison against a limit: the result holds for limits in
@@ -333,6 +338,10 @@ def _complex_table(node: Complex, ctx: Context) -> dict[str, dict[str, np.ndarra
     if k <= COMPLEX_LIMIT:
         subsets = np.arange(1 << k, dtype=np.int64)
     else:  # heuristic: only the COMPLEX_LIMIT smallest inner vertices may be kept, or all
+        warnings.warn(
+            f"checkpoint_search: a complex division has {k} inner vertices, more than the "
+            f"{COMPLEX_LIMIT} enumerated exactly; only its {COMPLEX_LIMIT} smallest vertices "
+            "may be kept there, so the result may not be optimal.", RuntimeWarning, stacklevel=2)
         pick = sorted(range(k), key=lambda i: (sizes[i + 1], i))[:COMPLEX_LIMIT]
         combos = np.arange(1 << COMPLEX_LIMIT, dtype=np.int64)
         subsets = np.zeros(len(combos), dtype=np.int64)

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import numba
 import numpy as np
 
-__all__ = ["Front", "Candidates", "EMPTY", "single", "pairs", "prune", "nondominated"]
+__all__ = ["Front", "Candidates", "Pairs", "EMPTY", "single", "pairs", "prune", "nondominated"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -77,6 +77,47 @@ class Candidates:
         )
 
 
+CHUNK = 1_000_000  # candidates materialised at once when pairing two fronts
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Pairs:
+    """Every pair of candidates of two fronts, built lazily in chunks (see :func:`pairs`)."""
+
+    f: Front
+    g: Front
+    combine: Callable
+    size_add: float
+    rc_add: float
+    bit: int
+
+    def chunks(self, rows: int = CHUNK):
+        """Yield :class:`Candidates` for blocks of ``f``'s rows paired with all of ``g``."""
+        f, g = self.f, self.g
+        step = max(1, rows // max(len(g), 1))
+        for start in range(0, len(f), step):
+            stop = min(len(f), start + step)
+            i = np.repeat(np.arange(start, stop), len(g))
+            j = np.tile(np.arange(len(g)), stop - start)
+            a, b, ok = self.combine(i, j)
+            if ok is not None:
+                i, j, a, b = i[ok], j[ok], a[ok], b[ok]
+                if len(i) == 0:
+                    continue
+            yield Candidates(a, b, f.size[i] + g.size[j] + self.size_add,
+                             f.rc[i] + g.rc[j] + self.rc_add, _mask_builder(f, g, i, j, self.bit))
+
+
+def _mask_builder(f: Front, g: Front, i: np.ndarray, j: np.ndarray, bit: int):
+    fm, gm = f.mask, g.mask
+
+    def masks(k: np.ndarray) -> np.ndarray:
+        out = fm[i[k]] | gm[j[k]]
+        return out | bit if bit else out
+
+    return masks
+
+
 def pairs(
     f: Front,
     g: Front,
@@ -85,29 +126,17 @@ def pairs(
     size_add: float = 0.0,
     rc_add: float = 0.0,
     bit: int = 0,
-) -> Candidates | None:
-    """Every pair ``(i, j)`` of candidates of ``f`` and ``g``, joined.
+) -> Pairs | None:
+    """Every pair ``(i, j)`` of candidates of ``f`` and ``g``, joined (lazily).
 
     ``combine(i, j)`` returns the new ``a`` and ``b`` columns and an optional boolean filter
     (e.g. "the segment formed in the middle fits the limit"). Sizes and recompute add up,
-    plus ``size_add`` / ``rc_add``; masks are OR-ed, plus ``bit``.
+    plus ``size_add`` / ``rc_add``; masks are OR-ed, plus ``bit``. :func:`prune` builds the
+    pairs in chunks of about ``CHUNK`` and prunes as it goes, so memory stays bounded.
     """
     if len(f) == 0 or len(g) == 0:
         return None
-    i = np.repeat(np.arange(len(f)), len(g))
-    j = np.tile(np.arange(len(g)), len(f))
-    a, b, ok = combine(i, j)
-    if ok is not None:
-        i, j, a, b = i[ok], j[ok], a[ok], b[ok]
-        if len(i) == 0:
-            return None
-    fm, gm = f.mask, g.mask
-
-    def masks(k: np.ndarray) -> np.ndarray:
-        out = fm[i[k]] | gm[j[k]]
-        return out | bit if bit else out
-
-    return Candidates(a, b, f.size[i] + g.size[j] + size_add, f.rc[i] + g.rc[j] + rc_add, masks)
+    return Pairs(f, g, combine, size_add, rc_add, bit)
 
 
 def nondominated(columns: Sequence[np.ndarray], tiebreak: np.ndarray | None = None) -> np.ndarray:
@@ -190,7 +219,7 @@ def _sweep(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
 
 
 def prune(
-    groups: Sequence[Candidates | Front | None],
+    groups: Sequence[Candidates | Front | Pairs | None],
     columns: str,
     *,
     seg_limit: float,
@@ -198,6 +227,7 @@ def prune(
     with_rc: bool,
     record: Callable[[str, np.ndarray, np.ndarray], None] | None = None,
     rc_limit: float = np.inf,
+    tick: Callable[[], None] | None = None,
 ) -> Front:
     """Merge candidate groups, drop those over the limits, keep the Pareto-optimal ones.
 
@@ -212,7 +242,28 @@ def prune(
         limits (``kind`` is ``"seg"``, ``"size"`` or ``"rc"``), so that callers can tell for
         which limits the result stays the same.
       rc_limit: recompute must be ``< rc_limit`` (an incumbent's; recompute only grows).
+      tick: called between chunks (e.g. to enforce a time limit by raising).
     """
+    kwargs = dict(columns=columns, seg_limit=seg_limit, size_limit=size_limit, with_rc=with_rc,
+                  record=record, rc_limit=rc_limit)
+    pending: list = []
+    rows = 0
+    for group in groups:
+        if group is None:
+            continue
+        parts = group.chunks() if isinstance(group, Pairs) else (group,)
+        for part in parts:
+            pending.append(part)
+            rows += len(part.size)
+            if rows > CHUNK:
+                pending = [_prune_once(pending, **kwargs)]
+                rows = len(pending[0])
+                if tick is not None:
+                    tick()
+    return _prune_once(pending, **kwargs)
+
+
+def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_limit) -> Front:
     parts = [g for g in groups if g is not None and len(g.size)]
     if not parts:
         return EMPTY
