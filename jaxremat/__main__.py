@@ -94,8 +94,8 @@ def _model_demo(plot: str | None) -> None:
     expected = jax.jit(jax.grad(plain_loss))(params, x)
     error = max(float(jnp.max(jnp.abs(g - e))) for g, e in
                 zip(jax.tree.leaves(grads), jax.tree.leaves(expected)))
-    print(f"\nMeasured in program order (jaxremat.activation_memory; CPU compiled memory "
-          f"is meaningless because XLA undoes remat there):")
+    print("\nMeasured in program order (jaxremat.activation_memory; CPU compiled memory "
+          "is meaningless because XLA undoes remat there):")
     print(f"  no remat       {format_bytes(baseline):>11}")
     print(f"  rematerialized {format_bytes(measured):>11}  (predicted "
           f"{format_bytes(plan.predicted_peak)}, budget {format_bytes(plan.budget)}; "

@@ -36,7 +36,7 @@ import numpy as np
 import solver
 from solver import Chain, InfeasibleBudget, OpKind, Schedule
 from solver.baselines import BASELINE_METHODS, baseline_schedule
-from solver.compare import budget_range, compare_methods, format_table
+from solver.compare import budget_range, compare_methods
 
 __all__ = [
     "MemoryCurve",

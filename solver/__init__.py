@@ -29,4 +29,5 @@ from .solve import METHODS, solve
 from .acg import checkpoint_search
 from .graph_model import graph_segments, training_memory
 from .graph_simulate import schedule_graph, simulate_graph
-from .ilp import IlpSolution, TrainingGraph, ilp_min_peak, solve_ilp
+from .ilp import IlpSolution, ilp_min_peak, solve_ilp
+from .training_graph import TrainingGraph

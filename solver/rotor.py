@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
