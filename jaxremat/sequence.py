@@ -34,9 +34,7 @@ budget. The sharding is not part of the cache key.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
-
-import jax
+from typing import Any, Callable, Sequence
 
 import solver
 
@@ -44,63 +42,12 @@ from .apply import BACKENDS, apply_plan
 from .budget import check_budget
 from .plan import Plan, solve_plan
 from .profile import COSTS, profile_sequence
+from .trace_state import is_differentiated, vmap_batch_size
 from .trees import abstractify, check_layers, check_params, signature
 
 __all__ = ["METHODS", "RematSequence", "remat_sequence"]
 
-try:  # JAX internals used to read vmap batch sizes and autodiff state at trace time
-    from jax._src.interpreters.ad import JVPTracer, LinearizeTracer
-    from jax._src.interpreters.batching import BatchTracer as _BatchTracer
-
-    _AD_TRACERS: tuple[type, ...] = (JVPTracer, LinearizeTracer)
-except ImportError:  # pragma: no cover - a JAX refactor: assume per example, input grads
-    _BatchTracer = None
-    _AD_TRACERS = ()
-
 METHODS = solver.METHODS
-
-
-def _tracer_chain(leaf: Any) -> Iterator[Any]:
-    """The tracers wrapped inside ``leaf``: through batching tracers to their value and
-    through autodiff tracers to their primal (JAX internals: ``.val``, ``.primal``)."""
-    value = leaf
-    for _ in range(64):  # tracer nesting is shallow; bound the walk anyway
-        if not isinstance(value, jax.core.Tracer):
-            return
-        yield value
-        if _BatchTracer is not None and isinstance(value, _BatchTracer):
-            value = value.val
-        elif hasattr(value, "primal"):
-            value = value.primal
-        else:
-            return
-
-
-def _vmap_batch_size(tree: Any) -> int:
-    """The product of the ``jax.vmap`` batch sizes of the leaves of ``tree`` (1 if none).
-
-    Multiplies the sizes of the batched dimensions of the batching tracers wrapped in each
-    leaf (:func:`_tracer_chain`); the largest product over the leaves.
-    """
-    best = 1
-    for leaf in jax.tree.leaves(tree):
-        size = 1
-        for tracer in _tracer_chain(leaf):
-            if _BatchTracer is not None and isinstance(tracer, _BatchTracer):
-                if isinstance(tracer.batch_dim, int):
-                    size *= int(tracer.val.shape[tracer.batch_dim])
-        best = max(best, size)
-    return best
-
-
-def _differentiated(tree: Any) -> bool:
-    """Whether some leaf of ``tree`` is being differentiated (wraps an autodiff tracer), so
-    that the backward pass needs the gradient of the sequence's input."""
-    return any(
-        isinstance(tracer, _AD_TRACERS)
-        for leaf in jax.tree.leaves(tree)
-        for tracer in _tracer_chain(leaf)
-    )
 
 
 class RematSequence:
@@ -153,8 +100,8 @@ class RematSequence:
         )
 
     def _plan(self, params: tuple, x: Any) -> Plan:
-        batch = _vmap_batch_size(x)
-        input_grad = _differentiated(x) if _AD_TRACERS else True
+        batch = vmap_batch_size(x)
+        input_grad = is_differentiated(x)
         abstract_params = [abstractify(p, f"params[{i}]") for i, p in enumerate(params)]
         abstract_x = abstractify(x, "the sequence input x")
         key = (signature(abstract_params), signature(abstract_x), batch, input_grad)

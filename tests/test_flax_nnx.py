@@ -252,6 +252,46 @@ def test_tuple_activations_follow_sequential_convention():
     leaves_close(nnx.grad(loss_fn)(remat, x), nnx.grad(loss_fn)(plain, x))
 
 
+class Dense(nnx.Module):
+    """Linear -> tanh, no BatchNorm or Dropout: a block that ``nnx.vmap`` can map over."""
+
+    def __init__(self, dim: int, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(dim, dim, rngs=rngs)
+
+    def __call__(self, x):
+        return jnp.tanh(self.linear(x))
+
+
+def test_budget_under_vmap_refers_to_the_whole_batch(x):
+    rngs = nnx.Rngs(4)
+    layers = [Dense(DIM, rngs) for _ in range(8)]
+    examples = jnp.stack([x, -x, 0.5 * x])  # an nnx.vmap batch of 3 inputs
+    no_remat = jnnx.plan_modules(layers, x, budget="100%").predicted_peak
+    per_example = jnnx.plan_modules(layers, x, budget=int(0.5 * no_remat))
+    assert max(per_example.forward_counts) >= 2  # the half budget forces recomputation
+    seen = []
+
+    def one(modules, x):
+        seen.append(jnnx.plan_modules(list(modules), x, budget=int(1.5 * no_remat)))
+        return jnnx.run_modules(list(modules), x, budget=int(1.5 * no_remat))
+
+    def remat_loss(modules, xs):
+        return jnp.mean(nnx.vmap(one, in_axes=(None, 0))(modules, xs) ** 2)
+
+    def plain_loss(modules, xs):
+        run = lambda modules, x: nnx.Sequential(*modules)(x)
+        return jnp.mean(nnx.vmap(run, in_axes=(None, 0))(modules, xs) ** 2)
+
+    grads = nnx.grad(remat_loss)(nnx.List(layers), examples)
+    want = nnx.grad(plain_loss)(nnx.List(layers), examples)
+    leaves_close(grads, want, rtol=1e-5, atol=1e-6)
+    batched = [p for p in seen if p.batch_size == 3]
+    assert batched, [p.batch_size for p in seen]
+    # budget / 3 per example: the same schedule as the per-example plan at half the memory
+    assert batched[0].schedule.plan == per_example.schedule.plan
+    assert batched[0].predicted_peak <= 1.5 * no_remat
+
+
 # --- the decorator form ----------------------------------------------------------------
 
 

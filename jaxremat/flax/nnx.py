@@ -47,7 +47,10 @@ gradients, optimizer state, nor the layers before or after the sequence
 needs without remat. :func:`jaxremat.budget_from_device` derives one from the device.
 Shapes are the global (logical) shapes, so under data parallelism over ``n`` devices the
 budget covers the whole batch: pass ``n`` times the per-device budget. Under ``nnx.vmap``
-the budget refers to one example.
+(or ``jax.vmap``) the budget means the whole batch, as for :func:`jaxremat.remat_sequence`:
+the blocks are profiled per example and solved with ``budget / batch``; with a ``jit``
+between the ``vmap`` and the call (``vmap(jit(f))``) the batch cannot be seen and the
+budget means one example.
 
 Calling convention (``nnx.Sequential``'s): the first layer receives the call's positional
 arguments; a layer returning a tuple passes it to the next layer as positional arguments, a
@@ -66,6 +69,7 @@ from ..apply import apply_plan
 from ..budget import check_budget
 from ..plan import Plan, solve_plan
 from ..profile import Profile, profile_sequence
+from ..trace_state import is_differentiated, vmap_batch_size
 from ..trees import abstractify, signature
 
 __all__ = ["RematSequential", "remat_blocks", "plan_modules", "run_modules"]
@@ -144,21 +148,29 @@ def plan_pure_layers(
     ``keys`` identifies the layers' definitions (NNX graph definitions, Linen modules): the
     profile is cached per ``keys``, input signature and ``costs`` -- independently of the
     budget, so changing the budget only re-runs the solver -- and the plan per profile,
-    budget, method and slots. Works from shapes, so it runs while JAX traces a step.
+    ``vmap`` batch, budget, method and slots. Works from shapes, so it runs while JAX traces
+    a step. Under ``jax.vmap``/``nnx.vmap`` (seen on ``activation``'s tracers) the layers
+    are profiled per example and the budget still means the whole batch; the input's
+    gradient is planned for only when ``activation`` is being differentiated
+    (:mod:`jaxremat.trace_state`).
     """
     check_budget(budget)
+    batch = vmap_batch_size(activation)
+    input_grad = is_differentiated(activation)
     abstract_params = [abstractify(p, f"the state of layer {i}") for i, p in enumerate(params)]
     abstract_x = abstractify(activation, "the sequence input")
-    profile_key = (keys, signature(abstract_params), signature(abstract_x), costs)
-    plan_key = (profile_key, budget, method, slots)
+    profile_key = (keys, signature(abstract_params), signature(abstract_x), costs, input_grad)
+    plan_key = (profile_key, batch, budget, method, slots)
     plan = _plans.get(plan_key)
     if plan is not None:
         return plan
     profile = _profiles.get(profile_key)
     if profile is None:
-        profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs)
+        profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs,
+                                   input_grad=input_grad)
         _remember(_profiles, profile_key, profile)
-    plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend)
+    plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend,
+                      batch_size=batch, input_grad=input_grad)
     return _remember(_plans, plan_key, plan)
 
 
