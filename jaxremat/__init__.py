@@ -1,6 +1,34 @@
+"""jaxremat: optimal rematerialization (activation checkpointing) for JAX and Flax.
+
+Plan which activations to keep and which to recompute under a memory budget, then run the
+plan with nested ``jax.checkpoint`` (or ``jax.custom_vjp``) segments:
+
+* :func:`remat_sequence` -- a sequence of pure layers ``layer(params, x) -> y``;
+* :mod:`jaxremat.flax` -- Flax NNX and Linen wrappers (imported on demand);
+* :func:`profile_layers` -- the cost model of a sequence (sizes, times, transients);
+* :func:`activation_memory` / :func:`program_memory` -- program-order memory on the jaxpr,
+  the meter that shows rematerialization on CPU;
+* budgets: :func:`parse_budget`, :func:`resolve_budget`, :func:`budget_from_device`.
+
+The algorithms live in the framework-agnostic :mod:`solver` package.
+"""
+
 from .device import budget_from_device
 from .budget import format_bytes, parse_budget, resolve_budget
 from .meter import activation_memory, program_memory
 from .plan import Plan
 from .profile import profile_layers
 from .sequence import RematSequence, remat_sequence
+
+__all__ = [
+    "Plan",
+    "RematSequence",
+    "activation_memory",
+    "budget_from_device",
+    "format_bytes",
+    "parse_budget",
+    "profile_layers",
+    "program_memory",
+    "remat_sequence",
+    "resolve_budget",
+]
