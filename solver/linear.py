@@ -173,8 +173,17 @@ def _branch_and_bound(sizes: np.ndarray, prefix: np.ndarray, seed: int = 0) -> t
     number of breakpoints, and the expected time is O(n min(N, K log n)).
 
     What this does *not* prove: a worst case below O(n^3). ``K`` can be of order ``n^2``
-    (a hill-climbed instance of 16 sizes has 120 breakpoints), and inputs whose
-    ``S + cost(S)`` is flat over many breakpoints defeat the lower bound. What pruning gives
+    (a hill-climbed instance of 16 sizes has 120 breakpoints; one of 12 sizes has 79
+    distinct costs among its 91 candidates), and inputs whose ``S + cost(S)`` is flat over
+    many breakpoints defeat the lower bound. Three routes to a sub-cubic worst case that
+    we checked and that fail: (i) sweeping the breakpoints of ``cost`` (one DP each) is
+    O(n K), cubic for such inputs; (ii) a DP over nodes keeping the Pareto front of
+    (largest segment, kept sum) pruned by the objective (a point is also dominated by one
+    with a larger segment and a smaller sum of the two) has fronts of 36 points at n = 12
+    on hill-climbed inputs, i.e. not O(n); (iii) fixing the largest segment ``(a, b)``,
+    ``best(a, b) = prefix cost + S + suffix cost`` has a row minimum that is not monotone
+    in ``a`` (29 of 300 random small inputs), so SMAWK / divide-and-conquer optimisation
+    does not apply. What pruning gives
     in practice is measured by ``benchmarks/linear_speed.py``: at ``n = 10 000`` the search
     evaluates 10 to 200 bounds (each an O(n) pass) for random, equal, near-equal,
     increasing, decreasing, sawtooth, heavy-tailed and 0/1 sizes, in under 0.1 s; random
