@@ -14,11 +14,12 @@ from typing import Any, Sequence
 import solver
 from solver import Chain, Checkpoint, Layer, Schedule, format_bytes, format_plan, make_schedule
 from solver.compare import budget_range, compare_methods, format_table
+from solver.solve import ORACLE_METHODS
 
 from .budget import resolve_budget
 from .profile import LayerProfile, Profile
 
-__all__ = ["Plan", "solve_plan"]
+__all__ = ["Plan", "check_method", "solve_plan"]
 
 
 def _format_time(seconds: float) -> str:
@@ -176,6 +177,19 @@ class Plan:
         return plot_plan(self, path, **kwargs)
 
 
+def check_method(method: str) -> None:
+    """Raise ``ValueError`` unless ``method`` gives a schedule the frontend can apply: one of
+    ``solver.METHODS``. ``"ilp"`` (an oracle in :func:`solver.solve`) has its own message."""
+    if method in ORACLE_METHODS:
+        raise ValueError(
+            f"method={method!r} returns a non-persistent schedule that nested jax.checkpoint "
+            f"cannot express; use it from solver.solve as an oracle, and one of "
+            f"{solver.METHODS} here."
+        )
+    if method not in solver.METHODS:
+        raise ValueError(f"method must be one of {solver.METHODS}, got {method!r}.")
+
+
 def solve_plan(
     profile: Profile,
     budget: int | float | str,
@@ -196,6 +210,7 @@ def solve_plan(
       solver.InfeasibleBudget: nothing fits; the message gives the smallest budget in bytes
         and binary units, for the whole batch.
     """
+    check_method(method)
     chain = profile.chain
     no_remat = make_schedule(chain, tuple(Layer(i) for i in range(chain.length))).peak
     budget_bytes = resolve_budget(budget, no_remat * batch_size)

@@ -40,7 +40,7 @@ import solver
 
 from .apply import BACKENDS, apply_plan
 from .budget import check_budget
-from .plan import Plan, solve_plan
+from .plan import Plan, check_method, solve_plan
 from .profile import COSTS, profile_sequence
 from .trace_state import is_differentiated, vmap_batch_size
 from .trees import abstractify, check_layers, check_params, signature
@@ -70,8 +70,7 @@ class RematSequence:
     ) -> None:
         self._layers = check_layers(layers)
         self._budget = check_budget(budget)
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+        check_method(method)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}.")
         if costs not in COSTS:

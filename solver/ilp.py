@@ -30,27 +30,61 @@ linearised as in Checkmate's appendix: with the number of "hazards"
 factor-wise bounds ``FREE <= R[t,k]``, ``FREE <= 1 - S[t+1,i]``, ``FREE <= 1 - R[t,j]``
 (valid, and a tighter relaxation than the aggregated ``kappa`` row).
 
-``formulation="liveness"`` (ours, the default): continuous ``L[t,i,k]`` in ``[0, 1]`` for
-``i < k <= t``, "``i`` is still needed when ``k`` is computed in stage ``t``":
-``L[t,i,k] >= L[t,i,k+1]``, ``L[t,i,t] >= S[t+1,i]``, ``L[t,i,k] >= R[t,k]`` when ``k``
-reads ``i``; and for every ``k <= t``
-``M_k R[t,k] + sum_{i<k} M_i L[t,i,k] + sum_{k<i<t} M_i S[t,i] <= budget``
-(a checkpoint with a larger index than ``k`` is held from the stage's start until its
-first use, which comes after ``k``). With integral ``R, S`` the least ``L`` is exactly the
-0/1 "needed later" indicator, so each row is the memory at the moment ``k`` is computed
-when values are freed right after their last use in the stage: Checkmate's accounting.
-It has ``O(T^3)`` continuous variables but no ``FREE`` binaries, and its relaxation is
-tighter; on chains of 15-20 forward vertices it solves 5-15x faster.
+``formulation="liveness"`` (ours, the default): continuous ``L[t,i,j]`` in ``[0, 1]``
+for each user ``j <= t`` of ``i``, "``i`` is still needed when ``j`` is computed in stage
+``t``": ``L[t,i,j] >= R[t,j]``, ``L[t,i,j] >= L[t,i,j']`` for the next user ``j'`` of ``i``
+and ``L[t,i,j] >= S[t+1,i]`` for the last one; for every ``k <= t``
+``M_k R[t,k] + sum_{i<k} M_i L[t,i,k] + sum_{k<i<t} M_i S[t,i] <= budget``, where
+``L[t,i,k]`` for a ``k`` that does not read ``i`` means ``L`` at the first user ``j >= k``
+(``S[t+1,i]`` past the last one): "needed at ``k``" only changes at a user. (A checkpoint
+with a larger index than ``k`` is held from the stage's start until its first use, which
+comes after ``k``.) With integral ``R, S`` the least ``L`` is exactly the 0/1 "needed
+later" indicator, so each row is the memory at the moment ``k`` is computed when values
+are freed right after their last use in the stage: Checkmate's accounting. It has
+``O(T^2)`` continuous variables (one per edge and stage; an earlier version had one per
+``(t, i, k)``, ``O(T^3)``, with the same LP relaxation) and no ``FREE`` binaries, and its
+relaxation is tighter; on chains of 15-20 forward vertices it solves 5-15x faster than
+``"checkmate"``.
 
-Both formulations also carry these reductions, each of which keeps at least one optimal
-schedule (and one of least peak): drop a held value that the stage neither reads nor
-keeps, or a recomputation that it neither reads nor keeps (``S[t,i]``, ``R[t,i] <=
-sum_{users j <= t} R[t,j] + S[t+1,i]``; removing such a value never raises cost or memory,
-and repeating the removal terminates); fix ``R[t,i] = S[t,i] = 0`` once ``t`` is past ``i``
-and all its descendants (nothing ahead of the frontier can use ``i``). With them the two
-formulations count memory identically: Checkmate's only extra charges (a held value used
-by nothing in the stage; a value both held and recomputed) never occur in an optimal
-solution, which the tests check by solving both.
+**Reductions.** Both formulations carry these, each of which keeps at least one optimal
+schedule (and one of least peak). Each replaces a schedule by one with strictly fewer
+ones in ``R`` and ``S``, no larger cost and no larger memory at any moment, so a
+schedule where none applies exists among the optimal ones:
+
+* drop a held value that the stage neither reads nor keeps, or a recomputation that it
+  neither reads nor keeps (``S[t,i]``, ``R[t,i] <= sum_{users j <= t} R[t,j] + S[t+1,i]``):
+  removing it never raises cost or memory;
+* ``R[t,i] + S[t,i] <= 1``: a held value that the stage also recomputes is never read
+  before the recomputation (its readers have larger ids, so come later in the stage):
+  stop holding it (``S[t,i] = 0``; the previous stage frees it earlier);
+* fix ``R[t,i] = S[t,i] = 0`` once ``t`` is past ``i`` and all its descendants (nothing
+  ahead of the frontier can use ``i``).
+
+With them the two formulations count memory identically: Checkmate's only extra charges
+(a held value used by nothing in the stage; a value both held and recomputed) never occur.
+The tests check the reductions against the plain model (``IlpModel(reductions=False)``),
+both formulations against each other, and everything against an exhaustive enumeration
+of the class on tiny graphs.
+
+``backward_recompute=False`` additionally fixes ``R[t,b] = 0`` for every backward vertex
+``b`` and ``t > b``: a subclass (a gradient computed once), the one the chain simulator can
+replay (:mod:`solver.ilp_chain`, ``solve(method="ilp")``). It never changed the optimum on
+75 random chains of 3-7 vertices we tried; on small DAGs recomputing a gradient
+sometimes helps (found on 5 of 75 random DAGs).
+
+**Speed** (``benchmarks/ilp_speed.py``, CPU seconds on a shared 2-core machine, HiGHS
+1.12 through scipy 1.17). The compact liveness variables (4x fewer columns on a
+39-vertex training graph) and ``R + S <= 1`` give about 1-2x, not more: the LP
+relaxation itself is the bottleneck. Random chains of 10-20 forward vertices (19-39
+training vertices), residual and diamond DAGs of 13-19 forward vertices solve in 0.1-5 s
+at every budget; homogeneous (unit) chains of 20 at budgets 1.2-1.6x the least peak stay
+hard (35 s to over 60 s): the relaxation recomputes "half" a value and holds the other
+half, stage after stage (a geometric series), so HiGHS must branch through many
+symmetric near-optimal schedules; 30-40 forward vertices at in-between budgets often
+hit the time limit. Fixings that were tried and measured but *not* kept, because they
+gave no clear speedup and are not proven: no recomputation in forward stages of a
+chain, no recomputation of backward vertices (false on DAGs), HiGHS without presolve
+(2-3x slower).
 
 The source (the input) is given once: it is "computed" in stage 0 at its cost (0 by the
 Graph convention) and never recomputed (``R[t,0] = 0`` for ``t > 0``), so it stays
@@ -87,10 +121,11 @@ import warnings
 from typing import Hashable, Literal, Sequence
 
 import numpy as np
-from scipy import optimize, sparse
+from scipy import optimize
 
 from .errors import InfeasibleBudget
 from .graph import Graph
+from .ilp_model import IlpModel
 from .training_graph import TrainingGraph
 
 __all__ = ["TrainingGraph", "IlpSolution", "solve_ilp", "ilp_min_peak"]
@@ -139,175 +174,16 @@ class IlpSolution:
         return tuple((action, self.graph.names[i]) for action, i in self.order)
 
 
-class _Model:
-    """Variables, constraints and objective of the ILP for one training graph.
-
-    Columns are created on first mention of a key: ``("R", t, i)``, ``("S", t, i)``,
-    ``("F", t, i, k)``, ``("U", t, k)`` (Checkmate), ``("L", t, i, k)`` (liveness), ``("B",)``.
-    """
-
-    def __init__(self, graph: TrainingGraph, formulation: str, min_peak: bool) -> None:
-        self.graph = graph
-        self.users = graph.users
-        self.index: dict[tuple, int] = {}
-        self.rows: list[int] = []
-        self.cols: list[int] = []
-        self.vals: list[float] = []
-        self.lower: list[float] = []
-        self.upper: list[float] = []
-        self.memory_rows: list[int] = []  # rows whose upper bound is the budget
-        T = len(graph)
-        self.alive = _last_descendant(graph)
-        for t in range(T):
-            for i in range(t + 1):
-                self._col(("R", t, i))
-            for i in range(t):
-                self._col(("S", t, i))
-        for t in range(T):
-            self._schedule_rows(t)
-            if formulation == "checkmate":
-                self._checkmate_rows(t, min_peak)
-            else:
-                self._liveness_rows(t, min_peak)
-        size = len(self.index)
-        self.matrix = sparse.csr_array(
-            (self.vals, (self.rows, self.cols)), shape=(len(self.lower), size)
-        )
-        self.integrality = np.array([key[0] in "RSF" for key in self.index], dtype=np.uint8)
-        self.var_lower = np.zeros(size)
-        self.var_upper = np.array([np.inf if key[0] in "UB" else 1.0 for key in self.index])
-        for t in range(T):
-            self.var_lower[self.index[("R", t, t)]] = 1.0  # frontier advancing
-            if t > 0:
-                self.var_upper[self.index[("R", t, 0)]] = 0.0  # the input is given once
-            for i in range(t):
-                if self.alive[i] < t:  # i can no longer serve the frontier
-                    self.var_upper[self.index[("R", t, i)]] = 0.0
-                    self.var_upper[self.index[("S", t, i)]] = 0.0
-        self.objective = np.zeros(size)
-        if min_peak:
-            self.objective[self.index[("B",)]] = 1.0
-        else:
-            for t in range(T):
-                for i in range(t + 1):
-                    self.objective[self.index[("R", t, i)]] = graph.costs[i]
-
-    def _col(self, key: tuple) -> int:
-        column = self.index.get(key)
-        if column is None:
-            column = self.index[key] = len(self.index)
-        return column
-
-    def _row(self, terms: dict, low: float, high: float) -> int:
-        row = len(self.lower)
-        for key, value in terms.items():
-            self.rows.append(row)
-            self.cols.append(self._col(key))
-            self.vals.append(float(value))
-        self.lower.append(low)
-        self.upper.append(high)
-        return row
-
-    def _memory_row(self, terms: dict, min_peak: bool) -> None:
-        """``terms <= budget``, or ``terms <= B`` when minimising the peak."""
-        if min_peak:
-            self._row({**terms, ("B",): -1.0}, -np.inf, 0.0)
-        else:
-            self.memory_rows.append(self._row(terms, -np.inf, np.inf))
-
-    def _schedule_rows(self, t: int) -> None:
-        """Dependencies, checkpoint carry-over and the two usefulness cuts of stage ``t``."""
-        graph, users, nxt = self.graph, self.users, t + 1 < len(self.graph)
-        for k in range(t + 1):
-            for i in graph.deps[k]:  # R[t,k] <= R[t,i] + S[t,i]
-                self._row({("R", t, k): 1, ("R", t, i): -1, ("S", t, i): -1}, -np.inf, 0)
-            if nxt:  # S[t+1,k] <= S[t,k] + R[t,k]
-                terms = {("S", t + 1, k): 1, ("R", t, k): -1}
-                if k < t:
-                    terms[("S", t, k)] = -1
-                self._row(terms, -np.inf, 0)
-        for i in range(t):
-            use = {("R", t, j): -1.0 for j in users[i] if j <= t}
-            if nxt:
-                use[("S", t + 1, i)] = -1.0
-            self._row({("S", t, i): 1.0, **use}, -np.inf, 0)  # held => used or kept
-            if i > 0:
-                self._row({("R", t, i): 1.0, **use}, -np.inf, 0)  # recomputed => used or kept
-
-    def _checkmate_rows(self, t: int, min_peak: bool) -> None:
-        """Checkmate's FREE linearisation and memory recurrence for stage ``t``."""
-        graph, users, M, nxt = self.graph, self.users, self.graph.sizes, t + 1 < len(self.graph)
-        for k in range(t + 1):
-            for i in sorted(set(graph.deps[k]) | {k}):
-                hazard = {("R", t, j): 1.0 for j in users[i] if k < j <= t}
-                if nxt:
-                    hazard[("S", t + 1, i)] = 1.0
-                kappa = 1 + len(hazard)
-                free = ("F", t, i, k)
-                # 1 - F <= (1 - R[t,k]) + hazards      <=>  -F + R[t,k] - hazards <= 0
-                self._row({free: -1, ("R", t, k): 1, **{h: -1 for h in hazard}}, -np.inf, 0)
-                # kappa (1 - F) >= (1 - R[t,k]) + hazards  <=>  kappa F - R[t,k] + hazards <= kappa - 1
-                self._row({free: kappa, ("R", t, k): -1, **hazard}, -np.inf, kappa - 1)
-                # Factor-wise bounds of the product (valid, tighter LP): F <= R[t,k], F <= 1 - h.
-                self._row({free: 1, ("R", t, k): -1}, -np.inf, 0)
-                for key in hazard:
-                    self._row({free: 1, key: 1}, -np.inf, 1)
-        # U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0];  U[t,k] = U[t,k-1] + M_k R[t,k] - frees after k-1
-        terms = {("U", t, 0): 1.0, ("R", t, 0): -M[0], **{("S", t, i): -M[i] for i in range(t)}}
-        self._row(terms, 0, 0)
-        for k in range(1, t + 1):
-            terms = {("U", t, k): 1.0, ("U", t, k - 1): -1.0, ("R", t, k): -M[k]}
-            for i in set(graph.deps[k - 1]) | {k - 1}:
-                terms[("F", t, i, k - 1)] = M[i]
-            self._row(terms, 0, 0)
-        for k in range(t + 1):
-            self._memory_row({("U", t, k): 1.0}, min_peak)
-
-    def _liveness_rows(self, t: int, min_peak: bool) -> None:
-        """The liveness memory constraints of stage ``t`` (module docstring)."""
-        graph, M, nxt = self.graph, self.graph.sizes, t + 1 < len(self.graph)
-        for i in range(t):
-            if self.alive[i] < t:
-                continue
-            for k in range(i + 1, t + 1):
-                live = ("L", t, i, k)
-                later = ("L", t, i, k + 1) if k < t else (("S", t + 1, i) if nxt else None)
-                if later is not None:  # live at k if live at k + 1 (or kept, after t)
-                    self._row({live: 1, later: -1}, 0, np.inf)
-                if i in graph.deps[k]:  # live at k if k reads it
-                    self._row({live: 1, ("R", t, k): -1}, 0, np.inf)
-        for k in range(t + 1):
-            terms = {("R", t, k): M[k]}
-            for i in range(t):
-                if self.alive[i] >= t and i != k:
-                    terms[("L", t, i, k) if i < k else ("S", t, i)] = M[i]
-            self._memory_row(terms, min_peak)
-
-    def solve(self, budget: float, time_limit: float, gap: float) -> optimize.OptimizeResult:
-        upper = np.asarray(self.upper, dtype=np.float64)
-        upper[self.memory_rows] = budget
-        return optimize.milp(
-            self.objective,
-            integrality=self.integrality,
-            bounds=optimize.Bounds(self.var_lower, self.var_upper),
-            constraints=optimize.LinearConstraint(self.matrix, self.lower, upper),
-            options={"time_limit": float(time_limit), "mip_rel_gap": float(gap), "disp": False},
-        )
-
-    def solution(self, result: optimize.OptimizeResult, budget: float) -> IlpSolution:
-        T = len(self.graph)
-        R = np.zeros((T, T), dtype=bool)
-        S = np.zeros((T, T), dtype=bool)
-        for key, column in self.index.items():
-            if key[0] in "RS" and result.x[column] > 0.5:
-                (R if key[0] == "R" else S)[key[1], key[2]] = True
-        order, peak = _program_order(self.graph, R, S)
-        gap = getattr(result, "mip_gap", None)
-        return IlpSolution(
-            objective=float(self.graph.costs @ R.sum(axis=0)), R=R, S=S, order=order,
-            peak=peak, budget=float(budget), optimal=result.status == 0,
-            gap=float(gap) if gap is not None else float("nan"), graph=self.graph,
-        )
+def _solution(model: IlpModel, result: optimize.OptimizeResult, budget: float) -> IlpSolution:
+    """The :class:`IlpSolution` of a HiGHS result (peak recomputed from the program order)."""
+    R, S = model.decisions(result)
+    order, peak = _program_order(model.graph, R, S)
+    gap = getattr(result, "mip_gap", None)
+    return IlpSolution(
+        objective=float(model.graph.costs @ R.sum(axis=0)), R=R, S=S, order=order,
+        peak=peak, budget=float(budget), optimal=result.status == 0,
+        gap=float(gap) if gap is not None else float("nan"), graph=model.graph,
+    )
 
 
 def _program_order(graph: TrainingGraph, R: np.ndarray, S: np.ndarray) -> tuple[tuple[Action, ...], float]:
@@ -341,19 +217,6 @@ def _program_order(graph: TrainingGraph, R: np.ndarray, S: np.ndarray) -> tuple[
     return tuple(order), peak
 
 
-def _last_descendant(graph: TrainingGraph) -> np.ndarray:
-    """``last[i]``: the largest id among ``i`` and its descendants.
-
-    In stage ``t > last[i]`` nothing ``i`` could help compute is still ahead of the
-    frontier, so ``R[t,i] = S[t,i] = 0`` loses no schedule's cost or peak.
-    """
-    last = np.arange(len(graph))
-    for k in range(len(graph) - 1, -1, -1):
-        for i in graph.deps[k]:
-            last[i] = max(last[i], last[k])
-    return last
-
-
 def _training(graph: Graph | TrainingGraph, backward_costs) -> TrainingGraph:
     if isinstance(graph, TrainingGraph):
         if backward_costs is not None:
@@ -385,6 +248,7 @@ def ilp_min_peak(
     backward_costs: Sequence[float] | np.ndarray | None = None,
     formulation: Formulation = "liveness",
     time_limit: float = 60.0,
+    backward_recompute: bool = True,
 ) -> float:
     """The least budget that admits any schedule of the ILP's class.
 
@@ -393,10 +257,11 @@ def ilp_min_peak(
     peak found, an upper bound.
     """
     training = _training(graph, backward_costs)
-    model = _Model(training, _formulation(formulation), min_peak=True)
+    model = IlpModel(training, _formulation(formulation), min_peak=True,
+                     backward_recompute=backward_recompute)
     result = model.solve(np.inf, time_limit, 0.0)
     _check_result(result, time_limit)
-    solution = model.solution(result, np.inf)
+    solution = _solution(model, result, np.inf)
     if not solution.optimal:
         warnings.warn(
             f"ilp_min_peak: HiGHS stopped at time_limit={time_limit:g} s before proving the "
@@ -416,6 +281,7 @@ def solve_ilp(
     formulation: Formulation = "liveness",
     time_limit: float = 60.0,
     mip_gap: float = 0.0,
+    backward_recompute: bool = True,
 ) -> IlpSolution:
     """The least-compute schedule of ``graph``'s training step within ``budget`` (Checkmate).
 
@@ -430,6 +296,9 @@ def solve_ilp(
       time_limit: seconds HiGHS may spend; past it the best schedule found is returned
         with ``optimal=False``.
       mip_gap: relative optimality gap at which HiGHS may stop (0: prove optimality).
+      backward_recompute: ``False`` computes every backward vertex exactly once (no
+        gradient recomputation): the class the chain simulator can replay
+        (:mod:`solver.ilp_chain`).
 
     Returns:
       An :class:`IlpSolution`.
@@ -443,10 +312,12 @@ def solve_ilp(
     if not budget >= 0:
         raise ValueError(f"budget must be a non-negative number, got {budget!r}.")
     training = _training(graph, backward_costs)
-    model = _Model(training, _formulation(formulation), min_peak=False)
+    model = IlpModel(training, _formulation(formulation), min_peak=False,
+                     backward_recompute=backward_recompute)
     result = model.solve(budget, time_limit, mip_gap)
     if result.status == 2:
-        least = ilp_min_peak(training, formulation=formulation, time_limit=time_limit)
+        least = ilp_min_peak(training, formulation=formulation, time_limit=time_limit,
+                             backward_recompute=backward_recompute)
         raise InfeasibleBudget(budget, least, "checkmate-ilp")
     _check_result(result, time_limit)
-    return model.solution(result, budget)
+    return _solution(model, result, budget)

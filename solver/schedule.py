@@ -175,17 +175,21 @@ class Schedule:
 
     Attributes:
       ops: Rotor's op sequence, ``(OpKind, layer)`` pairs (``layer == L`` for the loss).
-      time: total time under :func:`solver.simulate` with the chain's real sizes.
-      peak: peak memory under :func:`solver.simulate`, ``x[0]`` included.
+        When ``plan`` is ``None`` it may also hold early frees ``("drop", (name, k))``:
+        cost it with :func:`solver.exhaustive.replay` rather than :func:`solver.simulate`.
+      time: total time under :func:`solver.simulate` (or ``replay``) with the real sizes.
+      peak: peak memory under :func:`solver.simulate` (or ``replay``), ``x[0]`` included.
       plan: the same schedule as a nested plan of ``Layer`` and ``Checkpoint`` items, which
-        the JAX frontend applies.
+        the JAX frontend applies. ``None`` for a schedule that is not persistent (e.g.
+        ``solve(method="ilp")``): nested ``jax.checkpoint`` cannot express it, so it can
+        only serve as an oracle (a bound on what the persistent solvers reach).
       method: the solver that produced it.
     """
 
     ops: tuple[Op, ...]
     time: float
     peak: float
-    plan: Plan
+    plan: Plan | None = None
     method: str = ""
 
     @property
@@ -204,7 +208,7 @@ class Schedule:
     def __str__(self) -> str:
         return (
             f"Schedule(method={self.method!r}, time={self.time:.6g}, peak={self.peak:.6g}, "
-            f"plan={format_plan(self.plan)})"
+            f"plan={'None (not persistent)' if self.plan is None else format_plan(self.plan)})"
         )
 
 

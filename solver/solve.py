@@ -1,4 +1,10 @@
-"""``solve``: the one entry point from a chain and a memory budget to a schedule."""
+"""``solve``: the one entry point from a chain and a memory budget to a schedule.
+
+``METHODS`` lists the methods whose schedules carry a nested plan (what the JAX frontend
+applies). ``"ilp"`` (Checkmate's ILP, :mod:`solver.ilp_chain`) is accepted by
+:func:`solve` too, but is not in ``METHODS``: its schedules are not persistent
+(``plan is None``), an optimality oracle rather than something to apply.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,14 @@ import numbers
 from .baselines import BASELINE_METHODS, baseline_schedule
 from .chain import Chain
 from .errors import InfeasibleBudget
+from .ilp_chain import ilp_chain_schedule
 from .rotor import RotorTable
 from .schedule import Schedule
 
 __all__ = ["solve", "METHODS"]
 
 METHODS = ("rotor",) + tuple(BASELINE_METHODS)
+ORACLE_METHODS = ("ilp",)  # accepted by solve, but their schedules have no plan
 
 # Relative slack when checking a schedule's simulated peak against the budget: sizes are
 # summed in a different order by the DP and by the simulator.
@@ -36,12 +44,19 @@ def _check_arguments(chain: Chain, budget: float, method: str, slots: int) -> fl
             f"slots must be an integer >= 1 (Rotor uses 500), got {slots!r}. More slots "
             f"round sizes more finely, at a cost linear in slots."
         )
-    if method not in METHODS:
-        raise ValueError(f"Unknown method {method!r}; choose one of {METHODS}.")
+    if method not in METHODS + ORACLE_METHODS:
+        raise ValueError(f"Unknown method {method!r}; choose one of {METHODS + ORACLE_METHODS}.")
     return budget
 
 
-def solve(chain: Chain, budget: float, *, method: str = "rotor", slots: int = 500) -> Schedule:
+def solve(
+    chain: Chain,
+    budget: float,
+    *,
+    method: str = "rotor",
+    slots: int = 500,
+    time_limit: float = 60.0,
+) -> Schedule:
     """The fastest schedule of ``chain`` whose peak memory fits ``budget``.
 
     Args:
@@ -50,8 +65,15 @@ def solve(chain: Chain, budget: float, *, method: str = "rotor", slots: int = 50
       method: ``"rotor"`` (Rotor's dynamic program, ALGORITHMS.md section 2) or a baseline
         (``"none"``, ``"every_layer"``, ``"sqrt"``, ``"revolve"``; see
         :mod:`solver.baselines`).
+        or ``"ilp"``: Checkmate's ILP (:mod:`solver.ilp_chain`), the least time over
+        non-persistent schedules of its class, for tapeless chains only
+        (``xbar_size == x_size[1:]``, no temporaries) and a few dozen layers. Its
+        schedule has ``plan=None`` and drops in ``ops`` (cost it with
+        :func:`solver.exhaustive.replay`); its time is a lower bound on ``"rotor"``'s.
       slots: Rotor's memory discretisation: sizes are rounded up to units of
         ``budget / slots``. Integer sizes with ``slots >= budget`` are solved exactly.
+      time_limit: seconds HiGHS may spend for ``"ilp"`` (ignored otherwise); past it the
+        best schedule found is returned and its ``method`` says it is not proven optimal.
 
     For ``"rotor"`` the DP's schedule (or, if rounding makes the DP infeasible although the
     budget suffices, the exact minimum-peak schedule) is compared with every baseline that
@@ -64,10 +86,14 @@ def solve(chain: Chain, budget: float, *, method: str = "rotor", slots: int = 50
     Raises:
       InfeasibleBudget: no schedule of ``method`` fits; ``.min_budget`` is the least budget
         that works.
-      ValueError: invalid ``budget``, ``slots`` or ``method``.
+      ValueError: invalid ``budget``, ``slots`` or ``method``, or ``"ilp"`` on a chain with
+        tapes or temporaries.
+      RuntimeError: ``"ilp"`` found no schedule within ``time_limit``.
     """
     budget = _check_arguments(chain, budget, method, slots)
-    if method != "rotor":
+    if method == "ilp":
+        schedule = ilp_chain_schedule(chain, budget, time_limit=time_limit)
+    elif method != "rotor":
         schedule = baseline_schedule(chain, method, budget)
     else:
         table = RotorTable(chain, budget, int(slots))

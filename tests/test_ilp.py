@@ -10,6 +10,7 @@ import pytest
 from solver import Chain, InfeasibleBudget
 from solver.graph import Graph
 from solver import IlpSolution, TrainingGraph, ilp_min_peak, solve_ilp
+from solver.ilp_model import IlpModel
 from solver.rotor import RotorTable, rotor_min_budget
 
 
@@ -278,3 +279,50 @@ def test_errors():
         solve_ilp(graph, 10, backward_costs=[1.0])
     with pytest.raises(TypeError, match="Graph or TrainingGraph"):
         solve_ilp([1, 2, 3], 10)
+
+
+def _solve_model(graph: Graph, budget: float, **kwargs) -> float:
+    """The optimal objective of an :class:`IlpModel` built with ``kwargs``."""
+    model = IlpModel(TrainingGraph.from_graph(graph), "liveness", min_peak=False, **kwargs)
+    result = model.solve(budget, 60.0, 0.0)
+    assert result.status == 0
+    return float(result.fun)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_reductions_keep_the_optimum(seed):
+    # The plain model (no usefulness cuts, no R + S <= 1, no dead-value fixing) has the
+    # same optimum: the reductions only remove schedules that another one dominates.
+    rng = np.random.default_rng(20 + seed)
+    graphs = [
+        chain_graph(rng.integers(1, 5, 7).tolist(), [0] + rng.integers(1, 4, 6).tolist()),
+        residual(3, rng.integers(1, 5, 7).tolist()),
+    ]
+    for graph in graphs:
+        least = ilp_min_peak(graph)
+        for budget in (least, least + 1, least + 3):
+            reduced = _solve_model(graph, budget)
+            assert _solve_model(graph, budget, reductions=False) == pytest.approx(reduced)
+            assert solve_ilp(graph, budget).objective == pytest.approx(reduced)
+
+
+@pytest.mark.parametrize("name, graph", TINY[:6], ids=[c[0] for c in TINY[:6]])
+def test_without_backward_recomputation_is_a_restriction(name, graph):
+    # Computing every backward vertex once is a subclass: never cheaper, never a lower
+    # least peak; on chains the tests of solve(method="ilp") check it against Rotor.
+    least = ilp_min_peak(graph)
+    assert ilp_min_peak(graph, backward_recompute=False) >= least - 1e-9
+    once = solve_ilp(graph, least + 2, backward_recompute=False)
+    check_solution(once, least + 2)
+    assert once.objective >= solve_ilp(graph, least + 2).objective - 1e-9
+    backward = range(once.graph.num_forward, len(once.graph))
+    assert all(once.R[:, b].sum() == 1 for b in backward)
+
+
+def test_byte_sized_problems_are_scaled():
+    # Sizes in the hundreds of megabytes: the rows are scaled, the answer is unchanged.
+    small = chain_graph([3, 1, 2, 4, 1])
+    big = chain_graph([3e8, 1e8, 2e8, 4e8, 1e8])
+    assert ilp_min_peak(big) == pytest.approx(1e8 * ilp_min_peak(small))
+    budget = ilp_min_peak(small) + 1
+    assert solve_ilp(big, 1e8 * budget).objective == solve_ilp(small, budget).objective

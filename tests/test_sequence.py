@@ -186,6 +186,8 @@ def test_errors_name_the_problem():
             remat_sequence(layers, bad)
     with pytest.raises(ValueError, match="method"):
         remat_sequence(layers, 10**9, method="magic")
+    with pytest.raises(ValueError, match="non-persistent.*solver.solve"):
+        remat_sequence(layers, 10**9, method="ilp")  # an oracle, not something to apply
     with pytest.raises(ValueError, match="backend"):
         remat_sequence(layers, 10**9, backend="scan")
     with pytest.raises(ValueError, match="costs"):
@@ -243,10 +245,6 @@ def test_plan_report_and_table():
 
 def test_plan_plot_delegates_to_jaxremat_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    try:
-        import jaxremat.plot  # noqa: F401
-    except ImportError:
-        pytest.skip("jaxremat.plot is not there yet")
     layers, params, x = dense_stack(WIDTHS[:6])
     plan = remat_sequence(layers, mid_budget(layers, params, x)).plan(params, x)
     path = tmp_path / "plan.png"

@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from solver import Chain, InfeasibleBudget, Layer, make_schedule, simulate
+from solver import (
+    Chain, InfeasibleBudget, Layer, TrainingGraph, ilp_min_peak, make_schedule, simulate, solve_ilp,
+)
 from solver.baselines import BASELINE_METHODS, baseline_schedule
+from solver.exhaustive import exhaustive_optimum, replay
 from solver.rotor import RotorTable, rotor_min_budget
-from solver.solve import solve
+from solver.solve import METHODS, solve
 
 
 def random_real_chain(rng: np.random.Generator, length: int) -> Chain:
@@ -165,3 +168,67 @@ def test_two_hundred_layers():
     assert total < schedule.time < total + chain.fwd_time.sum() * 5
     for baseline in fitting_baselines(chain, budget):
         assert schedule.time <= baseline.time
+
+
+# --------------------------------------------------------------------------- method="ilp"
+@st.composite
+def tapeless_chains(draw, max_layers=4):
+    L = draw(st.integers(1, max_layers))
+    ints = lambda n, lo, hi: draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n))
+    x = ints(L + 1, 1, 6)
+    return Chain(fwd_time=ints(L, 0, 4), bwd_time=ints(L, 0, 4), x_size=x, xbar_size=x[1:])
+
+
+@settings(max_examples=40, deadline=None)
+@given(tapeless_chains(), st.floats(0.0, 1.0))
+def test_ilp_between_exhaustive_and_rotor(chain, fraction):
+    # Every Rotor schedule is in the ILP's class and every ILP schedule is a sequence of
+    # ops and drops, so exhaustive <= ilp <= rotor; replaying the ILP's steps gives
+    # exactly its reported time and peak.
+    low, high = rotor_min_budget(chain), no_remat_peak(chain)
+    budget = low + fraction * (high - low)
+    schedule = solve(chain, budget, method="ilp")
+    assert schedule.plan is None and schedule.method == "ilp"
+    assert replay(chain, schedule.ops) == (schedule.time, schedule.peak)
+    assert schedule.peak <= budget * (1 + 1e-9)
+    assert schedule.time <= solve(chain, budget).time + 1e-9
+    training = TrainingGraph.from_chain(chain)
+    solution = solve_ilp(training, budget, backward_recompute=False)
+    assert (schedule.time, schedule.peak) == pytest.approx((solution.objective, solution.peak))
+    assert exhaustive_optimum(chain, budget) <= schedule.time + 1e-9
+    assert schedule.forward_counts(chain.length)[0] >= 1
+    assert "plan=None" in str(schedule)
+
+
+def test_ilp_beats_rotor_somewhere():
+    # Non-persistent schedules pay off on a homogeneous chain at a tight budget.
+    chain = Chain.homogeneous(5)
+    ilp, rotor = solve(chain, 5, method="ilp"), solve(chain, 5)
+    assert ilp.time < rotor.time
+    assert replay(chain, ilp.ops) == (ilp.time, ilp.peak) and ilp.peak <= 5
+    assert any(step[0] == "drop" for step in ilp.ops)
+
+
+def test_ilp_infeasible_budget_reports_the_ilp_minimum():
+    chain = Chain(fwd_time=[1, 2, 1], bwd_time=[2, 1, 3], x_size=[2, 3, 1, 2],
+                  xbar_size=[3, 1, 2])
+    least = ilp_min_peak(TrainingGraph.from_chain(chain), backward_recompute=False)
+    with pytest.raises(InfeasibleBudget, match="smallest budget that works") as info:
+        solve(chain, least - 0.5, method="ilp")
+    assert info.value.min_budget == least and info.value.method == "ilp"
+    assert solve(chain, least, method="ilp").peak <= least
+
+
+@pytest.mark.parametrize("field", ["xbar_size", "fwd_tmp", "bwd_tmp"])
+def test_ilp_rejects_chains_with_tapes_or_temporaries(field):
+    x = [2.0, 3.0, 1.0]
+    fields = dict(fwd_time=[1, 1], bwd_time=[1, 1], x_size=x, xbar_size=x[1:])
+    fields[field] = [4.0, 1.0] if field == "xbar_size" else [0.0, 1.0]
+    with pytest.raises(ValueError, match="use method='rotor'"):
+        solve(Chain(**fields), 100.0, method="ilp")
+
+
+def test_ilp_is_accepted_but_not_a_plan_method():
+    assert "ilp" not in METHODS  # callers iterating METHODS expect a plan
+    with pytest.raises(ValueError, match="ilp"):
+        solve(Chain.homogeneous(3), 10.0, method="checkmate")

@@ -1,0 +1,244 @@
+"""The matrices of Checkmate's ILP for one training graph (used by :mod:`solver.ilp`).
+
+:class:`IlpModel` builds the variables, rows and objective that :mod:`solver.ilp`'s module
+docstring states (Jain et al., "Checkmate", MLSys 2020, section 4 and appendix), in either
+formulation, with or without the reductions, and solves them with ``scipy.optimize.milp``
+(HiGHS). Nothing here is specific to chains.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import optimize, sparse
+
+from .training_graph import TrainingGraph
+
+__all__ = ["IlpModel", "last_descendant"]
+
+
+def last_descendant(graph: TrainingGraph) -> np.ndarray:
+    """``last[i]``: the largest id among ``i`` and its descendants.
+
+    In stage ``t > last[i]`` nothing ``i`` could help compute is still ahead of the
+    frontier, so ``R[t,i] = S[t,i] = 0`` loses no schedule's cost or peak.
+    """
+    last = np.arange(len(graph))
+    for k in range(len(graph) - 1, -1, -1):
+        for i in graph.deps[k]:
+            last[i] = max(last[i], last[k])
+    return last
+
+
+class IlpModel:
+    """Variables, constraints and objective of the ILP for one training graph.
+
+    Columns are created on first mention of a key: ``("R", t, i)``, ``("S", t, i)``,
+    ``("F", t, i, k)``, ``("U", t, k)`` (Checkmate), ``("L", t, i, j)`` (liveness, ``j`` a
+    user of ``i``), ``("B",)`` (the peak, when minimising it).
+
+    Args:
+      graph: the training graph.
+      formulation: ``"liveness"`` or ``"checkmate"``.
+      min_peak: minimise the peak ``B`` instead of the compute cost.
+      reductions: add the reductions of the module docstring of :mod:`solver.ilp` (the
+        two usefulness cuts, ``R + S <= 1`` and the dead-value fixing). ``False`` gives the
+        plain model, which the tests solve to check that the reductions keep the optimum.
+      backward_recompute: allow recomputing backward vertices; ``False`` computes each
+        one once, in its own stage (the chain simulator's class, :mod:`solver.ilp_chain`).
+
+    Memory rows are divided by the largest size (``scale``) so that byte-sized problems
+    have coefficients near 1 for HiGHS's tolerances; budgets are divided alike in
+    :meth:`solve`.
+    """
+
+    def __init__(
+        self,
+        graph: TrainingGraph,
+        formulation: str,
+        min_peak: bool,
+        *,
+        reductions: bool = True,
+        backward_recompute: bool = True,
+    ) -> None:
+        self.graph = graph
+        self.scale = float(graph.sizes.max()) if len(graph) and graph.sizes.max() > 0 else 1.0
+        self.users = graph.users
+        self.reductions = reductions
+        self.index: dict[tuple, int] = {}
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        self.memory_rows: list[int] = []  # rows whose upper bound is the budget
+        T = len(graph)
+        last = last_descendant(graph)
+        # alive[t][i]: i may be held or computed in stage t (all i <= t without reductions).
+        self.alive = [[i <= t and (not reductions or last[i] >= t) for i in range(T)]
+                      for t in range(T)]
+        for t in range(T):
+            for i in range(t + 1):
+                self._col(("R", t, i))
+            for i in range(t):
+                self._col(("S", t, i))
+        for t in range(T):
+            self._schedule_rows(t)
+            if formulation == "checkmate":
+                self._checkmate_rows(t, min_peak)
+            else:
+                self._liveness_rows(t, min_peak)
+        size = len(self.index)
+        self.matrix = sparse.csr_array(
+            (self.vals, (self.rows, self.cols)), shape=(len(self.lower), size)
+        )
+        self.integrality = np.array([key[0] in "RSF" for key in self.index], dtype=np.uint8)
+        self.var_lower = np.zeros(size)
+        self.var_upper = np.array([np.inf if key[0] in "UB" else 1.0 for key in self.index])
+        for t in range(T):
+            self.var_lower[self.index[("R", t, t)]] = 1.0  # frontier advancing
+            if t > 0:
+                self.var_upper[self.index[("R", t, 0)]] = 0.0  # the input is given once
+            if not backward_recompute:
+                for i in range(graph.num_forward, t):
+                    self.var_upper[self.index[("R", t, i)]] = 0.0
+            for i in range(t):
+                if not self.alive[t][i]:  # i can no longer serve the frontier
+                    self.var_upper[self.index[("R", t, i)]] = 0.0
+                    self.var_upper[self.index[("S", t, i)]] = 0.0
+        self.objective = np.zeros(size)
+        if min_peak:
+            self.objective[self.index[("B",)]] = 1.0
+        else:
+            for t in range(T):
+                for i in range(t + 1):
+                    self.objective[self.index[("R", t, i)]] = graph.costs[i]
+
+    def _col(self, key: tuple) -> int:
+        column = self.index.get(key)
+        if column is None:
+            column = self.index[key] = len(self.index)
+        return column
+
+    def _row(self, terms: dict, low: float, high: float) -> int:
+        row = len(self.lower)
+        for key, value in terms.items():
+            self.rows.append(row)
+            self.cols.append(self._col(key))
+            self.vals.append(float(value))
+        self.lower.append(low)
+        self.upper.append(high)
+        return row
+
+    def _memory_row(self, terms: dict, min_peak: bool) -> None:
+        """``terms <= budget``, or ``terms <= B`` when minimising the peak (sizes / scale)."""
+        terms = {key: value / self.scale for key, value in terms.items()}
+        if min_peak:
+            self._row({**terms, ("B",): -1.0}, -np.inf, 0.0)
+        else:
+            self.memory_rows.append(self._row(terms, -np.inf, np.inf))
+
+    def _schedule_rows(self, t: int) -> None:
+        """Dependencies, checkpoint carry-over and (with reductions) the cuts of stage ``t``."""
+        graph, users, nxt = self.graph, self.users, t + 1 < len(self.graph)
+        for k in range(t + 1):
+            for i in graph.deps[k]:  # R[t,k] <= R[t,i] + S[t,i]
+                self._row({("R", t, k): 1, ("R", t, i): -1, ("S", t, i): -1}, -np.inf, 0)
+            if nxt:  # S[t+1,k] <= S[t,k] + R[t,k]
+                terms = {("S", t + 1, k): 1, ("R", t, k): -1}
+                if k < t:
+                    terms[("S", t, k)] = -1
+                self._row(terms, -np.inf, 0)
+        if not self.reductions:
+            return
+        for i in range(t):
+            if not self.alive[t][i]:
+                continue
+            use = {("R", t, j): -1.0 for j in users[i] if j <= t}
+            if nxt:
+                use[("S", t + 1, i)] = -1.0
+            self._row({("S", t, i): 1.0, **use}, -np.inf, 0)  # held => used or kept
+            if i > 0:
+                self._row({("R", t, i): 1.0, **use}, -np.inf, 0)  # recomputed => used or kept
+                self._row({("R", t, i): 1.0, ("S", t, i): 1.0}, -np.inf, 1)  # not both
+
+    def _checkmate_rows(self, t: int, min_peak: bool) -> None:
+        """Checkmate's FREE linearisation and memory recurrence for stage ``t``."""
+        graph, users, M, nxt = self.graph, self.users, self.graph.sizes, t + 1 < len(self.graph)
+        for k in range(t + 1):
+            for i in sorted(set(graph.deps[k]) | {k}):
+                hazard = {("R", t, j): 1.0 for j in users[i] if k < j <= t}
+                if nxt:
+                    hazard[("S", t + 1, i)] = 1.0
+                kappa = 1 + len(hazard)
+                free = ("F", t, i, k)
+                # 1 - F <= (1 - R[t,k]) + hazards      <=>  -F + R[t,k] - hazards <= 0
+                self._row({free: -1, ("R", t, k): 1, **{h: -1 for h in hazard}}, -np.inf, 0)
+                # kappa (1 - F) >= (1 - R[t,k]) + hazards  <=>  kappa F - R[t,k] + hazards <= kappa - 1
+                self._row({free: kappa, ("R", t, k): -1, **hazard}, -np.inf, kappa - 1)
+                # Factor-wise bounds of the product (valid, tighter LP): F <= R[t,k], F <= 1 - h.
+                self._row({free: 1, ("R", t, k): -1}, -np.inf, 0)
+                for key in hazard:
+                    self._row({free: 1, key: 1}, -np.inf, 1)
+        # U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0];  U[t,k] = U[t,k-1] + M_k R[t,k] - frees after k-1
+        terms = {("U", t, 0): 1.0, ("R", t, 0): -M[0], **{("S", t, i): -M[i] for i in range(t)}}
+        self._row(terms, 0, 0)
+        for k in range(1, t + 1):
+            terms = {("U", t, k): 1.0, ("U", t, k - 1): -1.0, ("R", t, k): -M[k]}
+            for i in set(graph.deps[k - 1]) | {k - 1}:
+                terms[("F", t, i, k - 1)] = M[i]
+            self._row(terms, 0, 0)
+        for k in range(t + 1):
+            self._memory_row({("U", t, k): 1.0}, min_peak)
+
+    def _liveness_rows(self, t: int, min_peak: bool) -> None:
+        """The liveness memory constraints of stage ``t`` (module docstring of solver.ilp).
+
+        ``L[t,i,j]`` exists only for the users ``j <= t`` of ``i``: ``L[t,i,k]`` at any
+        other ``k`` equals ``L`` at the first user ``j >= k`` (or ``S[t+1,i]`` past the
+        last one), so the memory row at ``k`` uses that column.
+        """
+        M, nxt = self.graph.sizes, t + 1 < len(self.graph)
+        live: dict[tuple[int, int], tuple | None] = {}  # (i, k) -> column of "i live at k"
+        for i in range(t):
+            if not self.alive[t][i]:
+                continue
+            later = ("S", t + 1, i) if nxt else None
+            for k in range(t, i, -1):
+                if k in self.users[i]:
+                    here = ("L", t, i, k)
+                    self._row({here: 1, ("R", t, k): -1}, 0, np.inf)  # live at k if k reads it
+                    if later is not None:  # live at k if live at its next user (or kept)
+                        self._row({here: 1, later: -1}, 0, np.inf)
+                    later = here
+                live[i, k] = later
+        for k in range(t + 1):
+            terms = {("R", t, k): M[k]}
+            for i in range(t):
+                if not self.alive[t][i] or i == k:
+                    continue
+                key = live[i, k] if i < k else ("S", t, i)
+                if key is not None:
+                    terms[key] = terms.get(key, 0.0) + M[i]
+            self._memory_row(terms, min_peak)
+
+    def solve(self, budget: float, time_limit: float, gap: float) -> optimize.OptimizeResult:
+        """Run HiGHS with every memory row bounded by ``budget``."""
+        upper = np.asarray(self.upper, dtype=np.float64)
+        upper[self.memory_rows] = budget / self.scale
+        return optimize.milp(
+            self.objective,
+            integrality=self.integrality,
+            bounds=optimize.Bounds(self.var_lower, self.var_upper),
+            constraints=optimize.LinearConstraint(self.matrix, self.lower, upper),
+            options={"time_limit": float(time_limit), "mip_rel_gap": float(gap), "disp": False},
+        )
+
+    def decisions(self, result: optimize.OptimizeResult) -> tuple[np.ndarray, np.ndarray]:
+        """The boolean ``R`` and ``S`` matrices (``T x T``) of a solution."""
+        T = len(self.graph)
+        R = np.zeros((T, T), dtype=bool)
+        S = np.zeros((T, T), dtype=bool)
+        for key, column in self.index.items():
+            if key[0] in "RS" and result.x[column] > 0.5:
+                (R if key[0] == "R" else S)[key[1], key[2]] = True
+        return R, S
