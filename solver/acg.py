@@ -39,14 +39,28 @@ brute force over all subsets in tests/test_acg.py). With fractional sizes, max t
 than ``1e-9`` of the total size are not told apart.
 
 **Budgeted variant** (``budget=``): the least recompute among sets whose memory fits the
-budget. The DP then keeps, per end state, the Pareto front of (checkpoint bytes, recompute);
-branch and bound over the max-term interval ``(lo, hi]``: the relaxation "segments <= hi,
-checkpoint bytes <= budget - lo" bounds every set whose largest segment lies in the interval;
-an interval closes when its least-recompute relaxed set really fits the budget (or cannot
-beat the best one), else it is bisected. Partial sets whose recompute already reaches the
-best complete set's are dropped; a greedy pass (keep vertices by compute per byte while the
-memory fits) supplies the first such set. The fronts can grow large on big graphs (a
-knapsack over hundreds of vertices): see benchmarks/acg.py for measured times.
+budget. The DP then keeps, per end state, the Pareto front of (open weights, checkpoint
+bytes, recompute), and carries each candidate's largest closed segment (``top``) so that a
+complete set's memory is read off its front. Best-first branch and bound over max-term
+intervals ``[lo, hi]``: the relaxation "segments <= hi, checkpoint bytes <= budget - lo,
+bytes + open weight <= budget" admits every set that fits the budget with its largest
+segment in the interval, so its least recompute bounds them from below. An interval closes
+when its least relaxed set really fits; otherwise it is split into three pieces that all
+exclude that set. Two things keep the fronts small:
+
+* a Lagrangian bound (:mod:`solver.acg_bounds`) on the recompute the rest of the graph must
+  add drops partial sets along the top-level linear division that cannot beat a *cap*;
+* the cap starts just above the interval's lower bound and grows by 1 % to 8 % steps: an
+  evaluation that finds nothing under it raises the interval's lower bound to the cap. So
+  the fronts only hold near-optimal partial sets, and the best set found so far (a greedy
+  pass, then every fitting set the fronts contain) ends the search.
+
+Every filter is a necessary condition for a fitting set to beat the cap, and monotone under
+dominance, so the result stays the least recompute for the model (checked against brute
+force in tests/test_acg.py); with fractional sizes, up to the tolerance above. Knapsack-like
+instances where many vertices have the same recompute per byte (e.g. Inception-v3 at a
+large budget, where only ReLUs and concatenations are rebuilt) still defeat the bound: the
+fronts then grow with the number of distinct byte sums, see benchmarks/acg.py.
 """
 
 from __future__ import annotations
@@ -58,6 +72,7 @@ import warnings
 
 import numpy as np
 
+from .acg_bounds import Lagrangian
 from .acg_dp import Context, TimeLimit, evaluate
 from .checkpoint_set import CheckpointSet
 from .division import Node, division_tree
@@ -202,50 +217,62 @@ class _Search:
         return best
 
     def least_recompute(self, budget: float, incumbent, deadline: float = np.inf):
-        """Branch and bound over max-term intervals ``(lo, hi]`` (module docstring)."""
-        ctx = Context(self.graph.sizes, self.graph.costs, budget_mode=True,
-                      knapsack_limit=budget + self.eps, deadline=deadline)
+        """Best-first branch and bound over max-term intervals ``[lo, hi]`` (module docstring).
+
+        Each heap entry is ``(lb, lo, hi, step)``: no set that fits the budget, has its largest
+        segment in ``[lo, hi]`` and recompute below ``lb`` exists. An evaluation looks for the
+        sets under ``cap = lb + step * lb`` only, which the Lagrangian bounds prune hard;
+        finding none proves ``lb >= cap`` (the step then doubles, up to 8 %).
+        """
+        limit = budget + self.eps
+        ctx = Context(self.graph.sizes, self.graph.costs, budget_mode=True, knapsack_limit=limit,
+                      memory_limit=limit, deadline=deadline, bounded=self.tree,
+                      lagrangian=Lagrangian.for_graph(self.graph.sizes, self.graph.costs))
         best = incumbent
         everything = list(range(1, len(self.graph) - 1))
         mem_all, _, rc_all = memory_of(self.graph, everything)
-        if mem_all <= budget + self.eps and rc_all < best[1]:
+        if mem_all <= limit and rc_all < best[1]:
             best = (mem_all, rc_all, everything)
         best = self._greedy(budget, best)
-        step = 1.0 if self.integral else 0.0
-        hi0 = math.floor(budget) if self.integral else budget
-        heap = [(0.0, -1.0 if self.integral else -self.tol, hi0)]
+        unit = 1.0 if self.integral else self.tol
+        heap = [(0.0, 0.0, math.floor(budget) if self.integral else budget, 0.01)]
         while heap:
-            bound, lo, hi = heapq.heappop(heap)
-            if bound >= best[1] - 1e-12 * max(abs(best[1]), 1.0):
-                continue
-            ctx.rc_limit = best[1] * (1 - 1e-12) if best[1] > 0 else -np.inf
+            lb, lo, hi, step = heapq.heappop(heap)
+            stop = best[1] * (1 - 1e-12) if best[1] > 0 else -np.inf
+            if lb >= stop:
+                break
+            ctx.rc_limit, ctx.seg_limit, ctx.size_limit = stop, hi + self.eps, budget - lo + self.eps
+            ctx.cap = min(stop, lb + step * max(lb, 0.01 * stop))
+            ctx.prebound = -np.inf  # set by the evaluation if the graph is a linear division
             try:
-                front = self._solve(ctx, hi, budget - lo - step)
+                self.evaluations += 1
+                front = evaluate(self.tree, ctx, {"cc"})["cc"]
             except TimeLimit:
                 warnings.warn(
                     "checkpoint_search: the time limit ran out; returning the best checkpoint "
                     "set found, which fits the budget but may not have the least recompute.",
                     RuntimeWarning, stacklevel=3)
                 return best
-            if len(front) == 0:
+            if len(front) == 0:  # nothing under the cap (or under the Lagrangian bound)
+                if ctx.cap < stop:
+                    heapq.heappush(heap, (max(ctx.cap, ctx.prebound), lo, hi, min(2 * step, 0.08)))
                 continue
             order = np.lexsort((front.size, front.rc))
             least = float(front.rc[order[0]])
-            if least >= best[1] - 1e-12 * max(abs(best[1]), 1.0):
-                continue
-            closed = False
-            for rank, k in enumerate(order[:4]):
-                if float(front.rc[k]) >= best[1]:
-                    break
-                kept = self._kept(int(front.mask[k]))
+            fits = np.flatnonzero(front.size[order] + front.top[order] <= limit)
+            if len(fits) and float(front.rc[order[fits[0]]]) < best[1]:
+                kept = self._kept(int(front.mask[order[fits[0]]]))
                 mem, _, rc = memory_of(self.graph, kept)
-                if mem <= budget + self.eps:
-                    best = (mem, rc, kept)
-                    closed = rank == 0
-                    break
-            if closed or hi - lo <= self.tol:
-                continue
-            mid = math.floor((lo + hi) / 2) if self.integral else (lo + hi) / 2
-            heapq.heappush(heap, (least, lo, mid))
-            heapq.heappush(heap, (least, mid, hi))
+                assert mem <= limit + 10 * self.eps, (
+                    "internal error: the division-tree DP disagrees with the memory model")
+                best = (mem, rc, kept)
+            if len(fits) and fits[0] == 0:
+                continue  # the interval's least relaxed set fits: none in it does better
+            # Split so that the least set (largest segment m') is in no child: [lo, mid),
+            # [mid, m') have smaller segments, [m', hi] leaves it fewer bytes than it has.
+            largest = max(float(front.top[order[0]]), lo + unit)  # > lo but for rounding
+            mid = math.floor((lo + largest) / 2) if self.integral else (lo + largest) / 2
+            for a, b in ((lo, mid - unit), (max(mid, lo), largest - unit), (largest, hi)):
+                if a <= b:
+                    heapq.heappush(heap, (least, a, b, 0.01))
         return best

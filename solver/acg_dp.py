@@ -38,7 +38,11 @@ recomputed ``v`` adds its cost and joins the segments on both sides):
 In memory mode a segment that is joined (``jn``/``fr``) never holds inner checkpoints: moving
 a checkpoint out of a merged segment never raises ``size + max segment`` (graph_model), so the
 optimum over all ``m`` is unchanged while the fronts stay small. Budget mode keeps them (they
-save recompute at no memory cost when the merged segment is the largest).
+save recompute at no memory cost when the merged segment is the largest). It also drops
+candidates whose bytes plus open weight exceed ``Context.memory_limit`` (the open weights
+end up in segments at least that large), and on ``Context.bounded``, the top-level linear
+division, those that the Lagrangian bound of :mod:`solver.acg_bounds` shows cannot beat
+``Context.cap``.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import warnings
 import numba
 import numpy as np
 
+from .acg_bounds import Lagrangian, SeriesBounds
 from .division import Complex, Leaf, Node, Parallel, Series
 from .fronts import EMPTY, Candidates, Front, pairs, prune, single
 from .graph_model import segment_masks
@@ -57,6 +62,7 @@ from .graph_model import segment_masks
 __all__ = ["Context", "TimeLimit", "evaluate", "COMPLEX_LIMIT"]
 
 COMPLEX_LIMIT = 12
+CACHE_DEPTH = 16  # cached results per node and set of states
 
 STATES = ("cc", "oc", "co", "sp", "jn", "fr")
 _COLUMNS = {"cc": "", "oc": "a", "co": "b", "sp": "ab", "jn": "a", "fr": "a"}
@@ -88,13 +94,22 @@ class Context:
     cache: dict = dataclasses.field(default_factory=dict)
     ranges: list = dataclasses.field(default_factory=list)
     deadline: float = np.inf
+    # Budget mode: the memory limit (fixed for the whole search); the Lagrangian bounds
+    # applied on ``bounded`` (the root of the evaluation) against ``cap`` (<= rc_limit), and
+    # the lower bound they give on the whole evaluation (``prebound``).
+    memory_limit: float = np.inf
+    lagrangian: Lagrangian | None = None
+    bounded: Node | None = None
+    cap: float = np.inf
+    prebound: float = -np.inf
 
-    def prune(self, groups, state: str) -> Front:
+    def prune(self, groups, state: str, bound=None) -> Front:
         if time.monotonic() > self.deadline:
             raise TimeLimit
         return prune(groups, _COLUMNS[state], seg_limit=self.seg_limit,
                      size_limit=self.size_limit, with_rc=self.budget_mode, record=self.record,
-                     rc_limit=self.rc_limit, tick=self.tick)
+                     rc_limit=self.rc_limit, tick=self.tick, memory_limit=self.memory_limit,
+                     bound=bound)
 
     def tick(self) -> None:
         if time.monotonic() > self.deadline:
@@ -131,11 +146,14 @@ def evaluate(node: Node, ctx: Context, needs: set[str] = frozenset(STATES)) -> d
     Results are cached per node together with the range of limits for which every
     comparison made while computing them comes out the same; within that range the cached
     fronts are returned unchanged (the branch and bound re-evaluates with nearby limits).
+    The last ``CACHE_DEPTH`` results are kept per node (the budgeted search goes back and
+    forth between max-term intervals).
     """
+    if node is ctx.bounded:  # depends on the interval and the bounds too: never cached
+        return _evaluate(node, ctx, set(needs))
     key = (id(node), frozenset(needs))
-    hit = ctx.cache.get(key)
-    if hit is not None:
-        fronts, r = hit
+    entries = ctx.cache.setdefault(key, [])
+    for fronts, r in entries:
         if (r[0] <= ctx.seg_limit < r[1] and r[2] <= ctx.size_limit < r[3]
                 and r[4] < ctx.rc_limit <= r[5]):
             _merge_range(ctx, r)
@@ -145,7 +163,8 @@ def evaluate(node: Node, ctx: Context, needs: set[str] = frozenset(STATES)) -> d
         fronts = _evaluate(node, ctx, set(needs))
     finally:
         r = ctx.ranges.pop()
-    ctx.cache[key] = (fronts, r)
+    entries.insert(0, (fronts, r))
+    del entries[CACHE_DEPTH:]
     _merge_range(ctx, r)
     return fronts
 
@@ -181,28 +200,39 @@ def _evaluate(node: Node, ctx: Context, needs: set[str]) -> dict[str, Front]:
 
 # --------------------------------------------------------------------------- series
 def _series(node: Series, ctx: Context, needs: set[str]) -> dict[str, Front]:
+    """Compose the parts left to right. On ``ctx.bounded`` (the top-level division in budget
+    mode) partial sets that cannot beat ``ctx.rc_limit`` are dropped (solver.acg_bounds)."""
     # The prefix needs are closed under _P_NEEDS after one step.
     prefix_needs = set().union(*(_P_NEEDS[s] for s in needs))
     prefix_needs |= set().union(*(_P_NEEDS[s] for s in prefix_needs))
     steps = len(node.mids)
-    prefix = evaluate(node.parts[0], ctx, prefix_needs if steps else needs)
+    wants = [needs if k == steps - 1 else prefix_needs for k in range(steps)]
+    parts = [evaluate(node.parts[0], ctx, prefix_needs if steps else needs)]
+    parts += [evaluate(node.parts[k + 1], ctx, set().union(*(_Q_NEEDS[s] for s in want)))
+              for k, want in enumerate(wants)]
+    bounds = None
+    if node is ctx.bounded and ctx.lagrangian is not None:
+        bounds = SeriesBounds(ctx.lagrangian, parts, ctx.sizes[list(node.mids)],
+                              ctx.costs[list(node.mids)], ctx.memory_limit, ctx.size_limit,
+                              min(ctx.cap, ctx.rc_limit))
+        ctx.prebound = bounds.prebound
+    prefix = parts[0] if bounds is None else bounds.prefix(parts[0])
     for k, v in enumerate(node.mids):
-        want = needs if k == steps - 1 else prefix_needs
-        q_needs = set().union(*(_Q_NEEDS[s] for s in want))
-        right = evaluate(node.parts[k + 1], ctx, q_needs)
-        prefix = _compose(prefix, v, right, ctx, want)
+        right = parts[k + 1] if bounds is None else bounds.part(k + 1, prefix, parts[k + 1])
+        prefix = _compose(prefix, v, right, ctx, wants[k], None if bounds is None else bounds.after(k + 1))
     return prefix
 
 
-def _compose(p: dict, v: int, q: dict, ctx: Context, want: set[str]) -> dict[str, Front]:
-    """Join segment fronts ``p`` over ``(u, v)`` and ``q`` over ``(v, w)`` at vertex ``v``."""
+def _compose(p: dict, v: int, q: dict, ctx: Context, want: set[str], bound=None) -> dict[str, Front]:
+    """Join segment fronts ``p`` over ``(u, v)`` and ``q`` over ``(v, w)`` at vertex ``v``;
+    ``bound(state)``, if given, filters each state's candidates (Context.prune)."""
     wv, cv, bit = float(ctx.sizes[v]), float(ctx.costs[v]), 1 << v
     m = ctx.seg_limit
     zero = lambda n: np.zeros(n)  # noqa: E731
     out: dict[str, Front] = {}
 
     def kept(f, g, a_of, b_of):  # v kept: no segment crosses v
-        return pairs(f, g, lambda i, j: (a_of(f, g, i, j), b_of(f, g, i, j), None),
+        return pairs(f, g, lambda i, j: (a_of(f, g, i, j), b_of(f, g, i, j), None, None),
                      size_add=wv, bit=bit)
 
     def through(f, g, a_of, b_of):  # v recomputed: f's b-side + v + g's a-side form a segment
@@ -210,37 +240,41 @@ def _compose(p: dict, v: int, q: dict, ctx: Context, want: set[str]) -> dict[str
             segment = f.b[i] + wv + g.a[j]
             ok = segment <= m
             ctx.record("seg", segment, ok)
-            return a_of(f, g, i, j), b_of(f, g, i, j), ok
+            return a_of(f, g, i, j), b_of(f, g, i, j), ok, segment
         return pairs(f, g, combine, rc_add=cv)
 
     A1 = lambda f, g, i, j: f.a[i]  # noqa: E731
     B2 = lambda f, g, i, j: g.b[j]  # noqa: E731
     Z = lambda f, g, i, j: zero(len(i))  # noqa: E731
+    filters = bound or (lambda state: None)
+
+    def close(groups, state):
+        return ctx.prune(groups, state, filters(state))
 
     if "cc" in want:
-        out["cc"] = ctx.prune([kept(p["cc"], q["cc"], Z, Z), through(p["co"], q["oc"], Z, Z)], "cc")
+        out["cc"] = close([kept(p["cc"], q["cc"], Z, Z), through(p["co"], q["oc"], Z, Z)], "cc")
     if "oc" in want:
-        out["oc"] = ctx.prune([
+        out["oc"] = close([
             kept(p["oc"], q["cc"], A1, Z),
             through(p["sp"], q["oc"], A1, Z),
             _joined_left(p["jn"], q["oc"], wv, cv, Z),
         ], "oc")
     if "co" in want:
-        out["co"] = ctx.prune([
+        out["co"] = close([
             kept(p["cc"], q["co"], Z, B2),
             through(p["co"], q["sp"], Z, B2),
             _joined_right(p["co"], q["jn"], wv, cv, Z),
         ], "co")
     if "sp" in want:
-        out["sp"] = ctx.prune([
+        out["sp"] = close([
             kept(p["oc"], q["co"], A1, B2),
             through(p["sp"], q["sp"], A1, B2),
             _joined_left(p["jn"], q["sp"], wv, cv, B2),
             _joined_right(p["sp"], q["jn"], wv, cv, A1),
         ], "sp")
     if "jn" in want:
-        out["jn"] = ctx.prune([
-            pairs(p["jn"], q["jn"], lambda i, j: (p["jn"].a[i] + wv + q["jn"].a[j], zero(len(i)), None),
+        out["jn"] = close([
+            pairs(p["jn"], q["jn"], lambda i, j: (p["jn"].a[i] + wv + q["jn"].a[j], zero(len(i)), None, None),
                   rc_add=cv)
         ], "jn")
     return out
@@ -248,12 +282,12 @@ def _compose(p: dict, v: int, q: dict, ctx: Context, want: set[str]) -> dict[str
 
 def _joined_left(f: Front, g: Front, wv: float, cv: float, b_of) -> Candidates | None:
     """``f`` joined ``u`` to ``v``; ``v`` recomputed; ``g``'s a-side joins: a = W1 + v + a2."""
-    return pairs(f, g, lambda i, j: (f.a[i] + wv + g.a[j], b_of(f, g, i, j), None), rc_add=cv)
+    return pairs(f, g, lambda i, j: (f.a[i] + wv + g.a[j], b_of(f, g, i, j), None, None), rc_add=cv)
 
 
 def _joined_right(f: Front, g: Front, wv: float, cv: float, a_of) -> Candidates | None:
     """``g`` joins ``v`` to ``w``; ``v`` recomputed; ``f``'s b-side joins: b = b1 + v + W2."""
-    return pairs(f, g, lambda i, j: (a_of(f, g, i, j), f.b[i] + wv + g.a[j], None), rc_add=cv)
+    return pairs(f, g, lambda i, j: (a_of(f, g, i, j), f.b[i] + wv + g.a[j], None, None), rc_add=cv)
 
 
 # --------------------------------------------------------------------------- branches
@@ -278,7 +312,7 @@ def _parallel(node: Parallel, ctx: Context, needs: set[str]) -> dict[str, Front]
 
 
 def _sum_candidates(f: Front, g: Front) -> Candidates | None:
-    return pairs(f, g, lambda i, j: (f.a[i] + g.a[j], f.b[i] + g.b[j], None))
+    return pairs(f, g, lambda i, j: (f.a[i] + g.a[j], f.b[i] + g.b[j], None, None))
 
 
 def _sum(f: Front, g: Front, ctx: Context, state: str) -> Front:
@@ -315,7 +349,8 @@ def _complex(node: Complex, ctx: Context, needs: set[str]) -> dict[str, Front]:
         ok = rows["closed"] <= ctx.seg_limit
         ctx.record("seg", rows["closed"], ok)
         idx = np.flatnonzero(ok)
-        f = Front(rows["a"][idx], rows["b"][idx], rows["size"][idx], rows["rc"][idx], rows["mask"][idx])
+        f = Front(rows["a"][idx], rows["b"][idx], rows["size"][idx], rows["rc"][idx], rows["closed"][idx],
+                  rows["mask"][idx])
         out[state] = ctx.prune([f], state)
     return out
 

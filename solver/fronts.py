@@ -6,6 +6,10 @@ numpy columns:
 * ``a``, ``b``: bytes of the segment's recomputed vertices that end up in the segment of
   its first / last endpoint (the "open" weights, still growing outside the segment);
 * ``size``: bytes of its checkpoints; ``rc``: compute cost of its recomputed vertices;
+* ``top``: bytes of its largest closed segment (one that no longer grows). It takes no part
+  in dominance (ties aside): it is carried along so that a complete set's memory
+  ``size + top`` is known without rebuilding its segments (the budgeted search checks whole
+  fronts at once);
 * ``mask``: the checkpoint set itself, a Python ``int`` bitmask over vertex ids (object
   column), so that no back-pointers are needed to rebuild the answer.
 
@@ -33,10 +37,17 @@ class Front:
     b: np.ndarray
     size: np.ndarray
     rc: np.ndarray
+    top: np.ndarray
     mask: np.ndarray
 
     def __len__(self) -> int:
         return len(self.size)
+
+    def take(self, idx: np.ndarray) -> "Front":
+        """The candidates at ``idx``."""
+        if len(idx) == len(self.size):
+            return self
+        return Front(self.a[idx], self.b[idx], self.size[idx], self.rc[idx], self.top[idx], self.mask[idx])
 
 
 def _object_array(values: Sequence[int]) -> np.ndarray:
@@ -45,12 +56,14 @@ def _object_array(values: Sequence[int]) -> np.ndarray:
     return out
 
 
-EMPTY = Front(*(np.zeros(0) for _ in range(4)), _object_array([]))
+EMPTY = Front(*(np.zeros(0) for _ in range(5)), _object_array([]))
 
 
-def single(a: float = 0.0, b: float = 0.0, size: float = 0.0, rc: float = 0.0, mask: int = 0) -> Front:
+def single(a: float = 0.0, b: float = 0.0, size: float = 0.0, rc: float = 0.0, top: float = 0.0,
+           mask: int = 0) -> Front:
     """A front with one candidate."""
-    return Front(np.array([a]), np.array([b]), np.array([size]), np.array([rc]), _object_array([mask]))
+    return Front(np.array([a]), np.array([b]), np.array([size]), np.array([rc]), np.array([top]),
+                 _object_array([mask]))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -61,6 +74,7 @@ class Candidates:
     b: np.ndarray
     size: np.ndarray
     rc: np.ndarray
+    top: np.ndarray
     masks: Callable[[np.ndarray], np.ndarray]
 
     @classmethod
@@ -73,6 +87,7 @@ class Candidates:
             front.b if b is None else b,
             front.size + size_add,
             front.rc + rc_add,
+            front.top,
             (lambda k: mask[k] | bit) if bit else (lambda k: mask[k]),
         )
 
@@ -99,13 +114,16 @@ class Pairs:
             stop = min(len(f), start + step)
             i = np.repeat(np.arange(start, stop), len(g))
             j = np.tile(np.arange(len(g)), stop - start)
-            a, b, ok = self.combine(i, j)
+            a, b, ok, formed = self.combine(i, j)
+            top = np.maximum(f.top[i], g.top[j])
+            if formed is not None:
+                top = np.maximum(top, formed)
             if ok is not None:
-                i, j, a, b = i[ok], j[ok], a[ok], b[ok]
+                i, j, a, b, top = i[ok], j[ok], a[ok], b[ok], top[ok]
                 if len(i) == 0:
                     continue
             yield Candidates(a, b, f.size[i] + g.size[j] + self.size_add,
-                             f.rc[i] + g.rc[j] + self.rc_add, _mask_builder(f, g, i, j, self.bit))
+                             f.rc[i] + g.rc[j] + self.rc_add, top, _mask_builder(f, g, i, j, self.bit))
 
 
 def _mask_builder(f: Front, g: Front, i: np.ndarray, j: np.ndarray, bit: int):
@@ -121,7 +139,7 @@ def _mask_builder(f: Front, g: Front, i: np.ndarray, j: np.ndarray, bit: int):
 def pairs(
     f: Front,
     g: Front,
-    combine: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+    combine: Callable[[np.ndarray, np.ndarray], tuple],
     *,
     size_add: float = 0.0,
     rc_add: float = 0.0,
@@ -129,8 +147,9 @@ def pairs(
 ) -> Pairs | None:
     """Every pair ``(i, j)`` of candidates of ``f`` and ``g``, joined (lazily).
 
-    ``combine(i, j)`` returns the new ``a`` and ``b`` columns and an optional boolean filter
-    (e.g. "the segment formed in the middle fits the limit"). Sizes and recompute add up,
+    ``combine(i, j)`` returns the new ``a`` and ``b`` columns, an optional boolean filter
+    (e.g. "the segment formed in the middle fits the limit") and the optional weights of a
+    segment closed by the pairing (it updates ``top``). Sizes and recompute add up,
     plus ``size_add`` / ``rc_add``; masks are OR-ed, plus ``bit``. :func:`prune` builds the
     pairs in chunks of about ``CHUNK`` and prunes as it goes, so memory stays bounded.
     """
@@ -228,6 +247,8 @@ def prune(
     record: Callable[[str, np.ndarray, np.ndarray], None] | None = None,
     rc_limit: float = np.inf,
     tick: Callable[[], None] | None = None,
+    memory_limit: float = np.inf,
+    bound: Callable[..., np.ndarray] | None = None,
 ) -> Front:
     """Merge candidate groups, drop those over the limits, keep the Pareto-optimal ones.
 
@@ -237,15 +258,22 @@ def prune(
       seg_limit: every open weight must be ``<= seg_limit`` (it only grows later).
       size_limit: checkpoint bytes must be ``<= size_limit``.
       with_rc: compare on recompute too (budget mode: the fronts are (weights, size, rc)
-        Pareto fronts); otherwise recompute only breaks ties.
+        Pareto fronts, ties broken by the least ``top``); otherwise recompute only breaks
+        ties.
       record: called as ``record(kind, values, accepted)`` for the comparisons against the
         limits (``kind`` is ``"seg"``, ``"size"`` or ``"rc"``), so that callers can tell for
         which limits the result stays the same.
       rc_limit: recompute must be ``< rc_limit`` (an incumbent's; recompute only grows).
       tick: called between chunks (e.g. to enforce a time limit by raising).
+      memory_limit: ``size + max(a, b) <= memory_limit`` is required (the open weights end
+        up in segments at least that large). The caller keeps it fixed between calls that
+        share a cache: it is not passed to ``record``.
+      bound: ``bound(a, b, size, rc)`` says which candidates may still be completed into a
+        set under some limit (:mod:`solver.acg_bounds`); it must be monotone (it never keeps
+        a candidate that another one it drops dominates). Applied last.
     """
     kwargs = dict(columns=columns, seg_limit=seg_limit, size_limit=size_limit, with_rc=with_rc,
-                  record=record, rc_limit=rc_limit)
+                  record=record, rc_limit=rc_limit, memory_limit=memory_limit, bound=bound)
     pending: list = []
     rows = 0
     for group in groups:
@@ -263,7 +291,8 @@ def prune(
     return _prune_once(pending, **kwargs)
 
 
-def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_limit) -> Front:
+def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_limit, memory_limit,
+                bound) -> Front:
     parts = [g for g in groups if g is not None and len(g.size)]
     if not parts:
         return EMPTY
@@ -271,6 +300,7 @@ def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_l
     b = np.concatenate([p.b for p in parts])
     size = np.concatenate([p.size for p in parts])
     rc = np.concatenate([p.rc for p in parts])
+    top = np.concatenate([p.top for p in parts])
     group = np.concatenate([np.full(len(p.size), n) for n, p in enumerate(parts)])
     local = np.concatenate([np.arange(len(p.size)) for p in parts])
     ok_size = size <= size_limit
@@ -284,18 +314,22 @@ def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_l
         if rc_limit < np.inf:
             record("rc", rc, ok_rc)
     ok = ok_size & ok_a & ok_b & ok_rc
+    if memory_limit < np.inf:
+        ok &= size + np.maximum(a, b) <= memory_limit
     idx = np.flatnonzero(ok)
+    if bound is not None and len(idx):
+        idx = idx[bound(a[idx], b[idx], size[idx], rc[idx])]
     if len(idx) == 0:
         return EMPTY
     cols = [x[idx] for name, x in (("a", a), ("b", b)) if name in columns]
     cols.append(size[idx])
     if with_rc:
         cols.append(rc[idx])
-    idx = idx[nondominated(cols, None if with_rc else rc[idx])]
+    idx = idx[nondominated(cols, top[idx] if with_rc else rc[idx])]
     mask = np.empty(len(idx), dtype=object)
     for n, p in enumerate(parts):
         sel = group[idx] == n
         if sel.any():
             built = p.mask[local[idx[sel]]] if isinstance(p, Front) else p.masks(local[idx[sel]])
             mask[np.flatnonzero(sel)] = built
-    return Front(a[idx], b[idx], size[idx], rc[idx], mask)
+    return Front(a[idx], b[idx], size[idx], rc[idx], top[idx], mask)

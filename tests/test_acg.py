@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from solver import CheckpointSet, Graph, InfeasibleBudget, checkpoint_search, simulate_graph
+from solver.acg_bounds import Lagrangian
 from solver.acg_dp import COMPLEX_LIMIT
 from solver.division import Complex, Parallel, Series, division_tree
 from solver.graph_simulate import schedule_graph
@@ -258,17 +259,60 @@ def test_merged_segments_example():
 
 
 # --------------------------------------------------------------------------- budgets
-@settings(max_examples=50, deadline=None)
-@given(family_graphs(), st.floats(0.0, 1.0))
-def test_budget_least_recompute_equals_brute_force(graph, where):
+def _check_budget(graph, where):
     table = brute_all(graph)
     least = min(mem for _, mem, _ in table)
-    total = float(graph.sizes[1:-1].sum())
-    budget = least + where * (total - least)
+    budget = least + where * (float(graph.sizes[1:-1].sum()) - least)
     result = checkpoint_search(graph, budget=budget)
     mem, rc = _check_result(graph, result)
     assert mem <= budget + 1e-9
     assert rc == pytest.approx(min(r for _, m, r in table if m <= budget + 1e-9))
+
+
+@settings(max_examples=50, deadline=None)
+@given(family_graphs(), st.floats(0.0, 1.0))
+def test_budget_least_recompute_equals_brute_force(graph, where):
+    _check_budget(graph, where)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.data())
+def test_budget_every_family_is_covered(data):
+    # The Lagrangian bounds prune along the top-level division: each family on its own,
+    # inception modules (branch divisions under it) and dense blocks (complex) included.
+    for family in BLOCKS:
+        _check_budget(data.draw(family_graphs(family)), data.draw(st.floats(0.0, 1.0)))
+
+
+@settings(max_examples=15, deadline=None)
+@given(family_graphs(), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_budget_fractional_sizes(graph, where, seed):
+    sizes = np.random.default_rng(seed).uniform(0.1, 5.0, len(graph))
+    names = graph.names
+    g = Graph.from_edges([(names[a], names[b]) for a, b in graph.edges.tolist()],
+                         dict(zip(names, sizes.tolist())), dict(zip(names, graph.costs.tolist())))
+    _check_budget(g, where)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 30), st.integers(0, 30)), min_size=1, max_size=8),
+       st.integers(0, 60), st.integers(0, 200), st.integers(0, 150))
+def test_lagrangian_bound_never_drops_a_completable_set(items, used, room, limit):
+    # The rest is a set of free vertices (kept: its bytes, recomputed: its cost); a partial
+    # set with `used` bytes and recompute 0 must be kept whenever some completion fits the
+    # room with recompute under the limit.
+    sizes = np.array([0.0] + [s for s, _ in items] + [0.0])
+    costs = np.array([0.0] + [c for _, c in items] + [0.0])
+    lag = Lagrangian.for_graph(sizes, costs)
+    rest = sum(lag.of_vertex(s, c) for s, c in items)
+    best = min(
+        (sum(c for (s, c), k in zip(items, keep) if not k)
+         for keep in itertools.product([0, 1], repeat=len(items))
+         if used + sum(s for (s, _), k in zip(items, keep) if k) <= room),
+        default=np.inf)
+    kept = lag.keep(np.array([float(used)]), np.array([0.0]), rest, float(room), float(limit))
+    if best < limit:
+        assert kept[0]
 
 
 @settings(max_examples=20, deadline=None)
