@@ -11,6 +11,10 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   The residuals are the outputs of ``jax.make_jaxpr(lambda p, x: jax.vjp(layer, p, x))``
   after the primal outputs; a residual that *is* a parameter, the input or the output is the
   same jaxpr variable, which is how they are told apart.
+* ``output_in_tape[i]``: whether the pullback reads the output ``x[i+1]`` (some output leaf
+  is a read residual). When it does not, the simulator stores ``x[i+1]`` on its own, frees
+  it with the next layer's backward and, recomputing the last layer of a segment, does not
+  store it at all, as JAX does (``solver.Chain.output_in_tape``).
 * ``fwd_tmp[i]`` / ``bwd_tmp[i]``: the transient bytes of the layer's forward (the vjp
   forward, which computes the residuals) and of its backward (the vjp's pullback), measured
   in program order with the meter of :func:`jaxremat.activation_memory`, with the same
@@ -40,9 +44,9 @@ so it is conservative where JAX frees memory earlier than the model says:
 * ``B(i)`` holds the layer's input and tape until ``g[i]`` exists; JAX frees residuals as the
   backward goes. ``bwd_tmp`` measures the excess over the inputs, clamped at zero, so a
   layer whose residuals die before ``g[i]`` is made is overestimated by up to ``x_size[i]``.
-* ``tape[i]`` always includes ``x[i+1]``. When neither layer ``i`` nor layer ``i+1`` reads
-  it in its backward (pre-norm residual blocks), JAX frees it after layer ``i+1``'s forward.
-  On the MLP and GPT benchmarks this makes the no-remat prediction about 4% high.
+* When neither layer ``i`` nor layer ``i+1`` reads ``x[i+1]`` in its backward (pre-norm
+  residual blocks), JAX frees it after layer ``i+1``'s forward; the chain holds it until
+  ``B(i+1)`` (the model's ``B`` reads its input).
 * A pass-through leaf of a pytree activation (``(h, skip) -> (h', skip)``) is one buffer in
   JAX but is counted in both ``x[i]`` and ``x[i+1]``.
 * Recomputing the last layer of a segment, JAX computes only the residuals its backward
@@ -51,12 +55,8 @@ so it is conservative where JAX frees memory earlier than the model says:
   predicted, and a plan that is cheaper in the chain's time can be slightly dearer in
   flops than checkpointing every layer.
 * Not modelled: the loss function's memory beyond the gradient of the sequence's output.
-* Recomputing the last layer of a segment, JAX does not materialise that layer's output
-  when its backward does not read it (a block ending in ``relu`` keeps the mask, a layer norm
-  its statistics), while ``tape[i]`` includes ``x[i+1]``: the chain over-predicts by up to
-  ``x_size[i+1]`` at that layer's backward (conv benchmark: 0.85-0.89 measured/predicted
-  for ``every_layer`` and ``revolve``). A per-layer "backward reads its output" flag in the
-  chain model would make this exact; it is not there yet.
+* The solver's dynamic programs plan with every ``output_in_tape`` true (the conservative
+  model); the plan's predicted peak is the simulator's, with the flags.
 
 Everything except measured timing works from shapes alone (``jax.ShapeDtypeStruct``), so a
 sequence can be profiled while an outer ``jax.jit`` / ``jax.grad`` / ``jax.vmap`` traces it.
@@ -110,6 +110,7 @@ class LayerProfile:
       fwd_tmp, bwd_tmp: transient bytes of the forward and of the backward.
       fwd_time, bwd_time: the chain's times (roofline or measured seconds).
       fwd_flops, bwd_flops: ``cost_analysis()`` flops of the forward and of the backward.
+      output_in_tape: whether the backward reads the layer's output (module docstring).
     """
 
     index: int
@@ -122,6 +123,7 @@ class LayerProfile:
     bwd_time: float
     fwd_flops: float
     bwd_flops: float
+    output_in_tape: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +173,7 @@ def _profile_one(
         bwd_time=bwd_time,
         fwd_flops=fwd_flops,
         bwd_flops=bwd_flops,
+        output_in_tape=traced.output_in_tape,
     )
     return profile, traced.output
 
@@ -237,6 +240,7 @@ def profile_sequence(
         xbar_size=[p.tape_bytes for p in profiles],
         fwd_tmp=[p.fwd_tmp for p in profiles],
         bwd_tmp=[p.bwd_tmp for p in profiles],
+        output_in_tape=[p.output_in_tape for p in profiles],
     )
     return Profile(chain=chain, layers=tuple(profiles), costs=costs)
 

@@ -42,6 +42,8 @@ class TracedLayer:
       backward: the jaxpr of ``pullback`` on ``(residuals, cotangent of y)``, for memory
         measurement: it returns the parameter gradients and sums ``g[i]`` at the end.
       tape_bytes: ``xbar_size[i]``, as defined in :mod:`jaxremat.profile`.
+      output_in_tape: whether the pullback reads the output (some leaf of ``y`` is a read
+        residual): ``Chain.output_in_tape[i]``.
     """
 
     forward: ClosedJaxpr
@@ -52,6 +54,7 @@ class TracedLayer:
     cotangent: Any
     backward: ClosedJaxpr
     tape_bytes: int
+    output_in_tape: bool = True
 
 
 def _layer_error(index: int, x: Any, error: Exception) -> Exception:
@@ -81,6 +84,15 @@ def _tape_bytes(forward: ClosedJaxpr, num_outputs: int, output_bytes: int,
         seen.add(v)
         total += aval_nbytes(v.aval)
     return total + output_bytes
+
+
+def _reads_output(forward: ClosedJaxpr, num_outputs: int, used: Sequence[bool]) -> bool:
+    """Whether the pullback reads some leaf of the layer's output (a read residual that is
+    the same jaxpr variable as an output)."""
+    jaxpr = forward.jaxpr
+    outputs = {v for v in jaxpr.outvars[:num_outputs] if not isinstance(v, Literal)}
+    return any(read and not isinstance(v, Literal) and v in outputs
+               for v, read in zip(jaxpr.outvars[num_outputs:], used))
 
 
 def _dead_code_removed(closed: ClosedJaxpr, used_outputs: Sequence[bool]) -> ClosedJaxpr:
@@ -168,6 +180,7 @@ def trace_layer(
     cotangent = jax.tree.map(cotangent_struct, output)
     backward = jax.make_jaxpr(_pullback_for_memory(pullback))(residuals, cotangent)
     used = tuple(inputs_read(backward)[:len(residuals)])
-    tape = _tape_bytes(forward, len(jax.tree.leaves(output)), tree_bytes(output), used)
+    num_outputs = len(jax.tree.leaves(output))
+    tape = _tape_bytes(forward, num_outputs, tree_bytes(output), used)
     return TracedLayer(forward, output, tuple(residuals), used, pullback, cotangent, backward,
-                       tape)
+                       tape, _reads_output(forward, num_outputs, used))

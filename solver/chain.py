@@ -35,6 +35,23 @@ def _as_vector(name: str, values: Sequence[float] | np.ndarray, length: int) -> 
     return array
 
 
+def _as_flags(values: Sequence[bool] | np.ndarray | None, length: int) -> np.ndarray:
+    if values is None:
+        array = np.ones(length, dtype=bool)
+    else:
+        raw = np.asarray(values)
+        if raw.shape != (length,):
+            raise ValueError(
+                f"Chain.output_in_tape must have {length} entries (one per layer), got shape "
+                f"{raw.shape}."
+            )
+        if raw.dtype != bool and not np.all((raw == 0) | (raw == 1)):
+            raise ValueError("Chain.output_in_tape must hold booleans (or 0/1).")
+        array = raw.astype(bool)
+    array.setflags(write=False)
+    return array
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Chain:
     """Costs of a chain of ``L`` layers (ALGORITHMS.md section 1).
@@ -49,9 +66,20 @@ class Chain:
         ``x[i]``. Hence ``xbar_size[i] >= x_size[i + 1]``.
       fwd_tmp: ``L`` transient sizes while a forward runs (default zeros).
       bwd_tmp: ``L`` transient sizes while a backward runs (default zeros).
+      output_in_tape: ``L`` booleans (default all true): whether layer ``i``'s backward
+        reads its output ``x[i+1]``. When it does not (a linear layer, a convolution, a
+        layer norm's affine output), ``F_all(i)`` stores ``x[i+1]`` *on its own* beside a
+        tape of ``xbar_size[i] - x_size[i+1]`` bytes: the output is freed by the next
+        layer's backward, which reads it, instead of staying with the tape until
+        ``B(i)``, and it is not stored at all when nothing ahead reads it (the last layer
+        of a recomputed segment, whose output's gradient already exists). This is what
+        JAX does: a residual the pullback does not read is dead code. :mod:`solver.simulate`
+        applies it; the dynamic programs plan as if every entry were true, which never
+        under-counts (a schedule's simulated peak is at most what they predict).
 
-    All arrays are stored as read-only float64 numpy vectors. Invalid input raises
-    ``ValueError`` naming the field and the offending index.
+    The float arrays are stored as read-only float64 numpy vectors, ``output_in_tape`` as
+    a read-only bool vector. Invalid input raises ``ValueError`` naming the field and the
+    offending index.
     """
 
     fwd_time: np.ndarray
@@ -60,6 +88,7 @@ class Chain:
     xbar_size: np.ndarray
     fwd_tmp: np.ndarray | None = None
     bwd_tmp: np.ndarray | None = None
+    output_in_tape: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         fwd = np.asarray(self.fwd_time)
@@ -79,6 +108,7 @@ class Chain:
         }
         for name, (values, n) in fields.items():
             object.__setattr__(self, name, _as_vector(name, values, n))
+        object.__setattr__(self, "output_in_tape", _as_flags(self.output_in_tape, length))
         short = np.flatnonzero(self.xbar_size < self.x_size[1:])
         if short.size:
             i = int(short[0])
@@ -86,6 +116,12 @@ class Chain:
                 f"Chain.xbar_size[{i}] = {self.xbar_size[i]!r} is smaller than x_size[{i + 1}] = "
                 f"{self.x_size[i + 1]!r}: a layer's tape includes its output."
             )
+
+    @property
+    def tape_size(self) -> np.ndarray:
+        """Bytes of ``tape[i]`` as stored: ``xbar_size[i]``, less ``x_size[i+1]`` when the
+        output is stored on its own (``output_in_tape[i]`` false)."""
+        return self.xbar_size - np.where(self.output_in_tape, 0.0, self.x_size[1:])
 
     @property
     def length(self) -> int:

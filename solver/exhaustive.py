@@ -120,6 +120,7 @@ class _Search:
 
     def __init__(self, chain: Chain, budget: float) -> None:
         self.chain, self.budget, self.L = chain, budget, chain.length
+        self.inside = chain.output_in_tape
         self.fwd = chain.fwd_time.tolist()
         self.bwd = chain.bwd_time.tolist()
         self.bwd_below = list(itertools.accumulate(self.bwd, initial=0.0))  # sum bwd[:j]
@@ -134,7 +135,7 @@ class _Search:
         if j <= self.L:
             missing = (i for i in range(j) if not state.tape >> i & 1)
             return self.bwd_below[j] + sum(self.fwd[i] for i in missing)
-        top = max(k for k in range(self.L + 1) if state.has_x(k))
+        top = max(k for k in range(self.L + 1) if state.has_x(k, self.inside))
         missing = (i for i in range(top) if not state.tape >> i & 1)
         return self.bwd_below[self.L] + sum(self.fwd[top:]) + sum(self.fwd[i] for i in missing)
 
@@ -156,12 +157,12 @@ class _Search:
         """Ops worth trying: inputs available, outputs still useful."""
         L, j = self.L, self.live_gradient(state)
         for i in range(min(L, j)):
-            if state.has_x(i):
+            if state.has_x(i, self.inside):
                 yield (OpKind.F_ALL, i)
                 if i + 1 < j:
                     yield (OpKind.F_CK, i)
                     yield (OpKind.F_NONE, i)
-        if j > L and state.has_x(L):
+        if j > L and state.has_x(L, self.inside):
             yield (OpKind.LOSS, L)
         if 0 < j <= L:
             yield (OpKind.B, j - 1)

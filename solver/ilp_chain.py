@@ -73,6 +73,8 @@ def check_tapeless(chain: Chain) -> None:
         reasons.append("tapes larger than the layer outputs (xbar_size != x_size[1:])")
     if chain.fwd_tmp.any() or chain.bwd_tmp.any():
         reasons.append("nonzero fwd_tmp / bwd_tmp")
+    if not chain.output_in_tape.all():
+        reasons.append("backwards that do not read their outputs (output_in_tape false)")
     if reasons:
         raise ValueError(
             f"method='ilp' needs a tapeless chain, but this one has {' and '.join(reasons)}: "

@@ -17,6 +17,12 @@ With it, the DP's memory model agrees with the simulator: its schedules fit, and
 minimum budget is the simulated peak of its minimum-peak plan (tests/test_rotor.py checks
 both, against a brute-force recursion, and that the DP never loses to a baseline plan).
 
+Outputs outside the tape (``Chain.output_in_tape`` false) are not modelled here: the DP
+plans with every output in its tape. In a plan the simulator with the flags never holds
+more than without them (:mod:`solver.simulate`; tests/test_simulate.py checks every plan of
+small chains), so the DP's schedules still fit, with a simulated peak that may be lower
+than it predicts, and ``min_budget`` is then an upper bound on the least peak.
+
 Memory is discretised: a table built for ``max_budget`` with ``slots`` slots has unit
 ``max_budget / slots`` and sizes rounded **up** to units, so every schedule it returns fits
 the real budget. When every size is an integer and ``slots >= max_budget`` the unit is 1 and

@@ -20,6 +20,18 @@ The loss freeing ``x[L]`` (when held on its own) is the one rule the table in
 ALGORITHMS.md leaves implicit: nothing reads ``x[L]`` after the loss except ``B(L-1)``,
 which reads it from ``tape[L-1]``. Rotor's dynamic program assumes exactly this.
 
+Outputs outside the tape (``Chain.output_in_tape[i]`` false: layer ``i``'s backward does not
+read ``x[i+1]``): ``tape[i]`` then holds ``tape_size[i] = xbar_size[i] - x_size[i+1]`` bytes
+and does not make ``x[i+1]`` available; ``F_all(i)`` also stores ``x[i+1]`` on its own,
+unless ``g[i+1]`` is stored (the backward has passed layer ``i+1``, so nothing ahead reads
+``x[i+1]``: the last layer of a recomputed segment); then the output still counts in the
+op's peak candidate (a backend may compute it and drop it at once, as the ``custom_vjp``
+backend's ``jax.vjp`` does) but is not stored. That own ``x[i+1]`` is then freed by
+the rules above (``F_none(i+1)``, the loss, ``B(i+1)``). In a plan's op sequence this never
+holds more than the all-true model at any moment (``F_none(i+1)`` never follows
+``F_all(i)`` in a plan), so the dynamic programs, which plan with the all-true model,
+stay within budget; the simulated peak is the tighter figure.
+
 Storing a value that is already stored is an invalid sequence, like a missing input.
 The state is a small immutable record of bitmasks so that exhaustive searches can hash it.
 """
@@ -28,6 +40,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Iterable
+
+import numpy as np
 
 from .chain import Chain
 from .schedule import Op, OpKind
@@ -44,9 +58,14 @@ class MemoryState:
     g: int
     memory: float
 
-    def has_x(self, k: int) -> bool:
-        """``x[k]`` available: stored on its own or inside ``tape[k-1]``."""
-        return bool(self.x >> k & 1) or (k > 0 and bool(self.tape >> (k - 1) & 1))
+    def has_x(self, k: int, output_in_tape: np.ndarray | None = None) -> bool:
+        """``x[k]`` available: stored on its own, or inside ``tape[k-1]`` when that tape
+        holds its output (``output_in_tape[k-1]``; pass the chain's flags, default all
+        true)."""
+        if self.x >> k & 1:
+            return True
+        inside = output_in_tape is None or bool(output_in_tape[k - 1])
+        return k > 0 and inside and bool(self.tape >> (k - 1) & 1)
 
 
 def initial_state(chain: Chain) -> MemoryState:
@@ -75,17 +94,26 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
     elif not 0 <= i < L:
         raise ValueError(f"Op {op!r}: layer index out of range 0..{L - 1}.")
     x, tape, g, mem = state.x, state.tape, state.g, state.memory
-    xs, xbar = chain.x_size, chain.xbar_size
+    xs, xbar, inside = chain.x_size, chain.tape_size, chain.output_in_tape
 
     if kind in (OpKind.F_ALL, OpKind.F_CK, OpKind.F_NONE):
-        if not state.has_x(i):
+        if not state.has_x(i, inside):
             raise ValueError(f"Op {op!r}: x[{i}] is not available.")
         tmp = chain.fwd_tmp[i]
         if kind is OpKind.F_ALL:
             if tape >> i & 1:
                 raise ValueError(f"Op {op!r}: tape[{i}] is already stored.")
             mem += xbar[i]
-            return MemoryState(x, tape | 1 << i, g, mem), mem + tmp, chain.fwd_time[i]
+            dropped = 0.0
+            if not inside[i]:  # the output, on its own while something ahead reads it
+                if g >> (i + 1) & 1:
+                    dropped = xs[i + 1]
+                elif x >> (i + 1) & 1:
+                    raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
+                else:
+                    x |= 1 << (i + 1)
+                    mem += xs[i + 1]
+            return MemoryState(x, tape | 1 << i, g, mem), mem + dropped + tmp, chain.fwd_time[i]
         if x >> (i + 1) & 1:
             raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
         mem += xs[i + 1]
@@ -101,7 +129,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
         return MemoryState(x, tape, g, mem), peak, chain.fwd_time[i]
 
     if kind is OpKind.LOSS:
-        if not state.has_x(L):
+        if not state.has_x(L, inside):
             raise ValueError(f"Op {op!r}: x[{L}] is not available.")
         if g >> L & 1:
             raise ValueError(f"Op {op!r}: g[{L}] is already stored.")
@@ -117,7 +145,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
     missing = [
         name
         for name, ok in ((f"g[{i + 1}]", g >> (i + 1) & 1), (f"tape[{i}]", tape >> i & 1),
-                         (f"x[{i}]", state.has_x(i)))
+                         (f"x[{i}]", state.has_x(i, inside)))
         if not ok
     ]
     if missing:
@@ -142,7 +170,7 @@ def drop(chain: Chain, state: MemoryState, value: tuple[str, int]) -> MemoryStat
     Not one of Rotor's ops: exhaustive searches use it to explore non-persistent schedules.
     """
     name, k = value
-    sizes = {"x": chain.x_size, "tape": chain.xbar_size, "g": chain.x_size}[name]
+    sizes = {"x": chain.x_size, "tape": chain.tape_size, "g": chain.x_size}[name]
     mask = getattr(state, name)
     if not mask >> k & 1:
         raise ValueError(f"Cannot drop {name}[{k}]: it is not stored.")

@@ -138,16 +138,14 @@ def _stacks():
 
 @pytest.mark.parametrize("name, layers, params, x", list(_stacks()), ids=lambda v: v if isinstance(v, str) else "")
 def test_simulated_peak_equals_the_meter(name, layers, params, x):
-    """The chain's sizes are what the meter sees: exact for a plain tanh stack, and
-    otherwise never below the meter and within 15% of it. The chain is conservative where
-    Rotor's model is: ``B(i)`` holds its inputs until ``g[i]`` exists and a layer's input
-    until its backward ends, where JAX may free them earlier.
-
-    The layer-norm stack is the known worst case (its activations are tiny, 1 KiB): recomputing
-    the last layer norm of a segment, JAX never materialises its output (its backward reads
-    only the statistics), and frees its input after ``x - mean``; the chain charges both
-    (2080 bytes of 9957 for ``every_layer``; see the caveats in :mod:`jaxremat.profile`).
-    Its floor is 0.75 instead of 0.85."""
+    """The chain's sizes are what the meter sees: exact for the dense stack, and otherwise
+    never below the meter by more than 2% and within 15% of it. The chain is conservative
+    where Rotor's model is: ``B(i)`` holds its inputs until ``g[i]`` exists and a layer's
+    input until its backward ends, where JAX may free them earlier (the layer-norm stack's
+    ``every_layer``, 0.885: JAX frees a layer norm's input after ``x - mean``). Outputs that
+    a backward does not read (layer norm, attention with its residual add) are flagged
+    (``output_in_tape``) and not held: before the flag the layer-norm stack measured 0.79
+    of the prediction."""
     chain = profile_layers(layers, params, x, input_grad=False)
     length = len(layers)
     for plan_name, plan in (("none", none_plan(length)), ("every_layer", every_layer_plan(length)),
@@ -156,9 +154,8 @@ def test_simulated_peak_equals_the_meter(name, layers, params, x):
         measured = activation_memory(
             lambda p, x: jnp.sum(apply_plan(plan, layers, p, x, backend="custom_vjp")), params, x)
         assert measured <= predicted * 1.02, (plan_name, measured, predicted)
-        floor = 0.75 if name == "layernorm" else 0.85
-        assert measured >= predicted * floor, (plan_name, measured, predicted)
-        if plan_name == "none" and name == "dense":
+        assert measured >= predicted * 0.85, (plan_name, measured, predicted)
+        if name == "dense" or (name, plan_name) == ("attention", "every_layer"):
             assert measured == predicted
 
 
@@ -238,3 +235,11 @@ def test_profile_errors_name_the_layer():
         profile_layers([linear], [_array(3, (5, 8))], x)
     with pytest.raises(ValueError, match="costs"):
         profile_layers([linear], [w], x, costs="guess")
+
+
+def test_output_in_tape_says_whether_the_backward_reads_the_output():
+    flags = {name: profile_layers(layers, params, x).output_in_tape.tolist()
+             for name, layers, params, x in _stacks()}
+    assert flags["dense"] == [True] * 4  # tanh's derivative reads its output
+    assert flags["layernorm"] == [True, False, True, False]  # a norm keeps its statistics
+    assert flags["attention"] == [False] * 3  # x + f(x): the add's backward reads nothing

@@ -141,3 +141,101 @@ def test_drop_frees_a_stored_value():
 def test_invalid_sequences_with_three_layers(ops, message):
     with pytest.raises(ValueError, match=message):
         simulate(TMP, ops)
+
+
+# --- outputs outside the tape (Chain.output_in_tape) ------------------------------------
+
+import dataclasses  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from solver import RotorTable, memory_trace, validate_plan  # noqa: E402
+
+
+def with_flags(chain: Chain, flags) -> Chain:
+    return dataclasses.replace(chain, output_in_tape=list(flags))
+
+
+def test_output_outside_the_tape_is_freed_by_the_next_backward():
+    # layer 0's backward does not read x1: tape0 = 5 - 2 = 3, x1 stored on its own.
+    chain = Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[1, 2, 3], xbar_size=[5, 3],
+                  output_in_tape=[False, True])
+    ops = [("F_all", 0), ("F_all", 1), ("loss", 2), ("B", 1), ("B", 0)]
+    after = [memory for _, memory, _ in memory_trace(chain, ops)]
+    # 1+3+2; +3; +g2; B(1): +g1 then frees g2, tape1 and x1 (its own input); B(0): +g0 - 6
+    assert after == [6.0, 9.0, 12.0, 6.0, 1.0]
+    assert [peak for _, _, peak in memory_trace(chain, ops)][-1] == 7.0  # 9.0 with x1 in tape0
+    assert simulate(chain, ops) == (4.0, 14.0)
+
+
+def test_recomputed_last_layer_does_not_store_an_output_nobody_reads():
+    # Checkpoint(0, 2): the recomputation's F_all(1) finds g2 stored, so x2 is computed
+    # (it counts in that op's peak) but not stored: B(1) runs without it.
+    chain = Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[1, 2, 3], xbar_size=[3, 7],
+                  output_in_tape=[True, False])
+    plan = (Checkpoint(0, 2, (Layer(0), Layer(1))),)
+    trace = memory_trace(chain, make_schedule(chain, plan).ops)
+    # F_ck(0) F_none(1) loss F_all(0) F_all(1) B(1) B(0)
+    assert [peak for _, _, peak in trace] == [3.0, 6.0, 7.0, 7.0, 14.0, 13.0, 7.0]
+    assert [memory for _, memory, _ in trace][4] == 11.0  # 1 + tape0 3 + g2 3 + tape1 4
+    assert make_schedule(chain, plan).peak == 14.0
+    conservative = memory_trace(with_flags(chain, [True, True]), make_schedule(chain, plan).ops)
+    assert [peak for _, _, peak in conservative][4:6] == [14.0, 16.0]
+
+
+def test_flags_are_validated():
+    with pytest.raises(ValueError, match="output_in_tape must have 2 entries"):
+        Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[1, 1, 1], xbar_size=[1, 1],
+              output_in_tape=[True])
+    with pytest.raises(ValueError, match="booleans"):
+        Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[1, 1, 1], xbar_size=[1, 1],
+              output_in_tape=[2, 0])
+    chain = Chain(fwd_time=[1], bwd_time=[1], x_size=[1, 1], xbar_size=[1])
+    assert chain.output_in_tape.tolist() == [True] and chain == with_flags(chain, [True])
+    assert chain != with_flags(chain, [False])
+
+
+def plans(start: int, stop: int, body: bool = False):
+    """Every plan over layers ``start .. stop-1`` (a checkpoint's body ends with a Layer)."""
+    if start == stop:
+        yield ()
+        return
+    for rest in plans(start + 1, stop):
+        yield (Layer(start),) + rest
+    for end in range(start + 1, stop + (0 if body else 1)):
+        for inner in plans(start, end, body=True):
+            if isinstance(inner[-1], Layer):
+                for rest in plans(end, stop):
+                    yield (Checkpoint(start, end, inner),) + rest
+
+
+@st.composite
+def flagged_chains(draw, max_layers=3):
+    L = draw(st.integers(1, max_layers))
+    ints = lambda n, lo=0: draw(st.lists(st.integers(lo, 6), min_size=n, max_size=n))  # noqa: E731
+    x = ints(L + 1, 1)
+    extra = ints(L)
+    return Chain(fwd_time=ints(L, 1), bwd_time=ints(L, 1), x_size=x,
+                 xbar_size=[x[i + 1] + extra[i] for i in range(L)], fwd_tmp=ints(L),
+                 bwd_tmp=ints(L), output_in_tape=draw(st.lists(st.booleans(), min_size=L,
+                                                              max_size=L)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(flagged_chains())
+def test_outputs_outside_tapes_never_raise_a_plans_memory(chain):
+    """Every plan runs under the flags, in the same time, never above the all-true peak: the
+    dynamic programs (which plan with all-true flags) stay within budget."""
+    conservative = with_flags(chain, [True] * chain.length)
+    for plan in plans(0, chain.length):
+        validate_plan(plan, 0, chain.length)
+        tight, loose = make_schedule(chain, plan), make_schedule(conservative, plan)
+        assert tight.time == loose.time
+        assert tight.peak <= loose.peak
+    budget = make_schedule(conservative, tuple(Layer(i) for i in range(chain.length))).peak
+    for fraction in (0.6, 0.8, 1.0):
+        try:
+            schedule = RotorTable(chain, fraction * budget, 200).schedule(fraction * budget)
+        except Exception:  # infeasible at this budget
+            continue
+        assert make_schedule(chain, schedule.plan).peak <= fraction * budget + 1e-9

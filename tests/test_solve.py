@@ -232,3 +232,25 @@ def test_ilp_is_accepted_but_not_a_plan_method():
     assert "ilp" not in METHODS  # callers iterating METHODS expect a plan
     with pytest.raises(ValueError, match="ilp"):
         solve(Chain.homogeneous(3), 10.0, method="checkmate")
+
+
+def test_outputs_outside_tapes_fit_tighter_budgets():
+    """With ``output_in_tape`` false the simulator frees outputs early: ``solve`` returns
+    schedules that fit, and its least budget is the least-peak plan's simulated peak."""
+    import dataclasses
+
+    base = Chain(fwd_time=[1, 1, 1], bwd_time=[2, 2, 2], x_size=[1, 4, 4, 4],
+                 xbar_size=[6, 6, 6])
+    flagged = dataclasses.replace(base, output_in_tape=[False, False, False])
+    with pytest.raises(InfeasibleBudget) as plain:
+        solve(base, 1.0)
+    with pytest.raises(InfeasibleBudget) as tight:
+        solve(flagged, 1.0)
+    assert tight.value.min_budget < plain.value.min_budget
+    schedule = solve(flagged, tight.value.min_budget)
+    assert schedule.peak <= tight.value.min_budget
+    assert simulate(flagged, schedule.ops)[1] == schedule.peak
+    for budget in np.linspace(tight.value.min_budget, 40.0, 9):
+        assert solve(flagged, budget).peak <= budget
+        if budget >= plain.value.min_budget:  # every plan that fits base fits flagged too
+            assert solve(flagged, budget).time <= solve(base, budget).time
