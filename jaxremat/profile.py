@@ -55,8 +55,8 @@ so it is conservative where JAX frees memory earlier than the model says:
   predicted, and a plan that is cheaper in the chain's time can be slightly dearer in
   flops than checkpointing every layer.
 * Not modelled: the loss function's memory beyond the gradient of the sequence's output.
-* The solver's dynamic programs plan with every ``output_in_tape`` true (the conservative
-  model); the plan's predicted peak is the simulator's, with the flags.
+* Rotor's dynamic program plans with the ``output_in_tape`` flags (exactly as the
+  simulator counts them), so memory an unread output would waste is used.
 
 Everything except measured timing works from shapes alone (``jax.ShapeDtypeStruct``), so a
 sequence can be profiled while an outer ``jax.jit`` / ``jax.grad`` / ``jax.vmap`` traces it.

@@ -74,8 +74,8 @@ class Chain:
         ``B(i)``, and it is not stored at all when nothing ahead reads it (the last layer
         of a recomputed segment, whose output's gradient already exists). This is what
         JAX does: a residual the pullback does not read is dead code. :mod:`solver.simulate`
-        applies it; the dynamic programs plan as if every entry were true, which never
-        under-counts (a schedule's simulated peak is at most what they predict).
+        applies it, and Rotor's dynamic program models it exactly (:mod:`solver.rotor`);
+        the baselines' plans are costed by the simulator.
 
     The float arrays are stored as read-only float64 numpy vectors, ``output_in_tape`` as
     a read-only bool vector. Invalid input raises ``ValueError`` naming the field and the

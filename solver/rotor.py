@@ -17,11 +17,22 @@ With it, the DP's memory model agrees with the simulator: its schedules fit, and
 minimum budget is the simulated peak of its minimum-peak plan (tests/test_rotor.py checks
 both, against a brute-force recursion, and that the DP never loses to a baseline plan).
 
-Outputs outside the tape (``Chain.output_in_tape`` false) are not modelled here: the DP
-plans with every output in its tape. In a plan the simulator with the flags never holds
-more than without them (:mod:`solver.simulate`; tests/test_simulate.py checks every plan of
-small chains), so the DP's schedules still fit, with a simulated peak that may be lower
-than it predicts, and ``min_budget`` is then an upper bound on the least peak.
+Outputs outside the tape (``Chain.output_in_tape[i]`` false, :mod:`solver.simulate`) change
+one term, ``cout[i+1] = x_size[i+1]`` where the flag is false (0 elsewhere). ``F_all(i)`` then
+stores ``tape[i]`` (``cbw[i+1] - cout[i+1]``) and ``x[i+1]`` on its own: the same
+``cbw[i+1]`` as before, so both ``F_all(i)`` checks are unchanged (in the base case
+``(i, i)``, where ``g[i+1]`` is held, the output is not stored but counts in the op's peak,
+again ``cw[i+1] + cbw[i+1] + ftmp[i]``). The sub-solve ``(i+1, l)`` still gets
+``m - cbw[i+1]``: it excludes its input ``x[i+1]``, which it frees in its last op
+(``B(i+1)`` or the loss) whether stored on its own or in a tape, and nothing in a plan reads
+the difference (``F_none(i+1)`` never follows ``F_all(i)``). Only ``B(i)``, after the
+sub-solve, no longer holds ``x[i+1]``: it needs ``cw[i] + cw[i+1] + cbw[i+1] - cout[i+1] +
+btmp[i]``, in the chain option and in the base case alike. Leaf options and ``m∅`` involve
+no tape and are unchanged. With this term the DP is exact for the flagged simulator: its
+time at each budget is the least simulated time of the persistent plans that fit, and
+:func:`rotor_min_budget` the least simulated peak (tests/test_rotor.py checks every plan of
+small chains). With every flag true ``cout`` is zero and nothing changes. In the rounded
+table the tape ``B(i)`` holds is rounded up on its own, so it never under-counts.
 
 Memory is discretised: a table built for ``max_budget`` with ``slots`` slots has unit
 ``max_budget / slots`` and sizes rounded **up** to units, so every schedule it returns fits
@@ -63,6 +74,7 @@ class _Padded:
 
     cw: np.ndarray  # L + 2
     cbw: np.ndarray  # L + 2
+    cout: np.ndarray  # L + 2: cout[i+1] = x_size[i+1] where output_in_tape[i] is false, else 0
     ftmp: np.ndarray  # L + 1
     btmp: np.ndarray  # L + 1
     fw: np.ndarray  # L + 1
@@ -74,6 +86,7 @@ def _padded(chain: Chain) -> _Padded:
     return _Padded(
         cw=np.concatenate([chain.x_size, zero]),
         cbw=np.concatenate([zero, chain.xbar_size, zero]),
+        cout=np.concatenate([zero, np.where(chain.output_in_tape, 0.0, chain.x_size[1:]), zero]),
         ftmp=np.concatenate([chain.fwd_tmp, zero]),
         btmp=np.concatenate([chain.bwd_tmp, zero]),
         fw=np.concatenate([chain.fwd_time, zero]),
@@ -149,7 +162,7 @@ def _min_peak(chain: Chain) -> tuple[float, np.ndarray]:
     peak = np.empty((n, n), dtype=np.float64)
     time = np.empty((n, n), dtype=np.float64)
     choice = np.empty((n, n), dtype=np.int64)
-    kernels.fill_min_peak(p.cw, p.cbw, p.ftmp, p.btmp, p.fw, p.bw, peak, time, choice)
+    kernels.fill_min_peak(p.cw, p.cbw, p.cout, p.ftmp, p.btmp, p.fw, p.bw, peak, time, choice)
     return float(p.cw[0] + peak[0, chain.length]), choice
 
 
@@ -220,6 +233,9 @@ class RotorTable:
         p = _padded(chain)
         cap = capacity + 1
         cw, cbw, ftmp, btmp = (_to_units(a, unit, cap) for a in (p.cw, p.cbw, p.ftmp, p.btmp))
+        # B(i) holds tape[i] without x[i+1] when the output is outside the tape: round that
+        # tape up on its own (cbw - cout >= its real size), not the difference of roundings.
+        cout = cbw - _to_units(p.cbw - p.cout, unit, cap)
         # Times in float32, scaled by a power of two (exact) so that the largest op time is
         # in [0.5, 1): no overflow, and integer times stay exact.
         largest = float(max(p.fw.max(), p.bw.max()))
@@ -233,11 +249,11 @@ class RotorTable:
         mnull = np.empty(pairs, dtype=np.int64)
         mmin = np.empty(pairs, dtype=np.int64)
         sat = np.empty(pairs, dtype=np.int64)
-        kernels.fill_bounds(cw, cbw, ftmp, btmp, capacity, off, mnull, mmin, sat)
+        kernels.fill_bounds(cw, cbw, cout, ftmp, btmp, capacity, off, mnull, mmin, sat)
         opt = np.empty((pairs, capacity + 1), dtype=np.float32)
-        kernels.fill_time_table(cw, cbw, ftmp, btmp, fw, bw, cum, capacity, off, mnull, mmin,
-                                sat, kernels.block_size(capacity), opt)
-        arrays = dict(cw=cw, cbw=cbw, ftmp=ftmp, btmp=btmp, fw=fw, bw=bw, cum=cum, off=off,
+        kernels.fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, cum, capacity, off, mnull,
+                                mmin, sat, kernels.block_size(capacity), opt)
+        arrays = dict(cw=cw, cbw=cbw, cout=cout, ftmp=ftmp, btmp=btmp, fw=fw, bw=bw, cum=cum, off=off,
                       mnull=mnull, mmin=mmin, sat=sat, opt=opt, scale=scale)
         object.__setattr__(self, "max_budget", budget)
         object.__setattr__(self, "unit", unit)
@@ -280,9 +296,9 @@ class RotorTable:
         row = int(a["off"][0] + self.chain.length)
         if m < a["mmin"][row]:
             return None
-        decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["ftmp"], a["btmp"],
-                                            a["fw"], a["bw"], a["cum"], a["off"], a["mnull"],
-                                            a["mmin"], a["sat"], self.capacity, m)
+        decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["ftmp"],
+                                            a["btmp"], a["fw"], a["bw"], a["cum"], a["off"],
+                                            a["mnull"], a["mmin"], a["sat"], self.capacity, m)
         if decisions.size and decisions.min() < 0:
             raise RuntimeError("Rotor's table is inconsistent (a decision could not be found).")
         sequence = iter(decisions.tolist())

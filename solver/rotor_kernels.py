@@ -6,6 +6,9 @@ positions ``0..L`` (position ``L`` is the loss):
 - ``cw[k]`` (``k = 0..L+1``): size of ``x[k]`` (``cw[L+1] = 0``),
 - ``cbw[k]`` (``k = 0..L+1``): ``cbw[i+1]`` is the tape size of layer ``i`` (``cbw[0]`` unused,
   ``cbw[L+1] = 0``),
+- ``cout[k]`` (``k = 0..L+1``): ``cout[i+1]`` is the part of ``cbw[i+1]`` that ``B(i)`` does not
+  hold: the size of ``x[i+1]`` when layer ``i``'s output is outside its tape
+  (``Chain.output_in_tape[i]`` false), else 0 (see :mod:`solver.rotor`),
 - ``ftmp``, ``btmp``, ``fw``, ``bw`` (``L+1`` entries, the loss's entry 0),
 - ``cum``: float64 prefix sums of ``fw`` (``cum[k] = Σ_{t<k} fw[t]``); the recomputation
   cost of the leaf option ``j`` is ``float32(cum[j] - cum[i])``, the same bits everywhere.
@@ -87,12 +90,13 @@ def block_size(capacity: int) -> int:
 
 
 @njit(cache=True)
-def _chain_bounds(cw, cbw, ftmp, btmp, mmin, sat, off, i, l, mnull):
+def _chain_bounds(cw, cbw, cout, ftmp, btmp, mmin, sat, off, i, l, mnull):
     """First feasible ``m`` of the chain option of ``(i, l)``, ``i < l``, and its saturation.
 
     The chain option runs ``F_all(i)`` while the incoming gradient ``g[l+1]`` is held,
     which needs ``cw[l+1] + cbw[i+1] + ftmp[i]``, then solves ``(i+1, l)`` beside
-    ``tape[i]``, then ``B(i)``, which needs ``cw[i] + cw[i+1] + cbw[i+1] + btmp[i]``.
+    ``tape[i]`` (and ``x[i+1]``), then ``B(i)``, which needs ``cw[i] + cw[i+1] + cbw[i+1] +
+    btmp[i] - cout[i+1]`` (``x[i+1]``, if outside the tape, was freed by the sub-solve).
     This is the correction to the published recurrence, which charges ``F_all(i)`` through
     ``Opt[m][i][i]``, i.e. as if ``g[i+1]`` were held: ``cw[i+1] + cbw[i+1] + ftmp[i]``.
     That undercounts when ``cw[l+1] > cw[i+1]`` (the schedule can overflow under the
@@ -102,14 +106,14 @@ def _chain_bounds(cw, cbw, ftmp, btmp, mmin, sat, off, i, l, mnull):
     rest = off[i + 1] + (l - i - 1)
     start = max(
         max(mnull, cw[l + 1] + cbw[i + 1] + ftmp[i]),
-        max(cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i], cbw[i + 1] + mmin[rest]),
+        max(cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i] - cout[i + 1], cbw[i + 1] + mmin[rest]),
     )
     saturated = max(start, cbw[i + 1] + sat[rest])
     return start, saturated
 
 
 @njit(cache=True)
-def fill_bounds(cw, cbw, ftmp, btmp, M, off, mnull, mmin, sat):
+def fill_bounds(cw, cbw, cout, ftmp, btmp, M, off, mnull, mmin, sat):
     """Integer part of the DP, for every pair ``(i, l)`` (row ``off[i] + l - i``).
 
     ``mnull[row]``: Rotor's lower bound ``m∅ = cw[l+1] + max(cw[i+1] + ftmp[i],
@@ -121,7 +125,8 @@ def fill_bounds(cw, cbw, ftmp, btmp, M, off, mnull, mmin, sat):
     L = cw.shape[0] - 2
     for i in range(L, -1, -1):
         row = off[i]
-        t = max(cw[i + 1] + cbw[i + 1] + ftmp[i], cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i])
+        t = max(cw[i + 1] + cbw[i + 1] + ftmp[i],
+                cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i] - cout[i + 1])
         mnull[row] = 0
         mmin[row] = min(t, M + 1)
         sat[row] = min(t, M + 1)
@@ -130,7 +135,8 @@ def fill_bounds(cw, cbw, ftmp, btmp, M, off, mnull, mmin, sat):
             row = off[i] + (l - i)
             mn = cw[l + 1] + mx
             mnull[row] = mn
-            first, saturated = _chain_bounds(cw, cbw, ftmp, btmp, mmin, sat, off, i, l, mn)
+            first, saturated = _chain_bounds(cw, cbw, cout, ftmp, btmp, mmin, sat, off, i, l,
+                                             mn)
             for j in range(i + 1, l + 1):
                 s = max(mn, max(cw[j] + mmin[off[j] + (l - j)], mmin[off[i] + (j - 1 - i)]))
                 if s < first:
@@ -188,10 +194,10 @@ def _start_cell(opt, fw, bw, off, mmin, M, i, l):
 
 
 @njit(cache=True, inline="always")
-def _chain(opt, cw, cbw, ftmp, btmp, fw, bw, off, mnull, mmin, sat, M, i, l):
+def _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, sat, M, i, l):
     """Chain option of ``(i, l)``, ``i < l``: ``F_all(i)``, solve ``(i+1, l)``, ``B(i)``."""
     row = off[i] + (l - i)
-    start, _ = _chain_bounds(cw, cbw, ftmp, btmp, mmin, sat, off, i, l, mnull[row])
+    start, _ = _chain_bounds(cw, cbw, cout, ftmp, btmp, mmin, sat, off, i, l, mnull[row])
     if start <= M:
         shift = cbw[i + 1]
         value = np.float32(fw[i] + bw[i])
@@ -202,7 +208,8 @@ def _chain(opt, cw, cbw, ftmp, btmp, fw, bw, off, mnull, mmin, sat, M, i, l):
 
 
 @njit(cache=True)
-def fill_time_table(cw, cbw, ftmp, btmp, fw, bw, cum, M, off, mnull, mmin, sat, block, opt):
+def fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, cum, M, off, mnull, mmin, sat, block,
+                    opt):
     """Fill Rotor's table ``opt[row(i, l), m]`` for every ``0 <= i <= l <= L``, ``m <= M``.
 
     ``opt`` is float32 ``(pairs, M + 1)``; infeasible cells hold ``inf``. Needs the bounds of
@@ -221,7 +228,7 @@ def fill_time_table(cw, cbw, ftmp, btmp, fw, bw, cum, M, off, mnull, mmin, sat, 
                 _start_cell(opt, fw, bw, off, mmin, M, i, l)
                 if i < l:
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, M, i, l, i + 1, l)
-                    _chain(opt, cw, cbw, ftmp, btmp, fw, bw, off, mnull, mmin, sat, M, i, l)
+                    _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, sat, M, i, l)
         for lb in range(ib + 1, nb):
             l_lo = lb * block
             l_hi = min(n, l_lo + block) - 1
@@ -250,11 +257,11 @@ def fill_time_table(cw, cbw, ftmp, btmp, fw, bw, cum, M, off, mnull, mmin, sat, 
                 for l in range(l_lo, l_hi + 1):
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, M, i, l, i + 1, i_hi)
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, M, i, l, l_lo + 1, l)
-                    _chain(opt, cw, cbw, ftmp, btmp, fw, bw, off, mnull, mmin, sat, M, i, l)
+                    _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, sat, M, i, l)
 
 
 @njit(cache=True)
-def decide(opt, cw, cbw, ftmp, btmp, fw, bw, cum, off, mnull, mmin, sat, M, i, l, m):
+def decide(opt, cw, cbw, cout, ftmp, btmp, fw, bw, cum, off, mnull, mmin, sat, M, i, l, m):
     """The decision :func:`fill_time_table` took at ``(i, l, m)``, ``i < l``.
 
     Returns 0 for the chain option, ``j > i`` for the leaf option ``j``, -1 if ``m`` is
@@ -267,7 +274,7 @@ def decide(opt, cw, cbw, ftmp, btmp, fw, bw, cum, off, mnull, mmin, sat, M, i, l
         return -1
     best = opt[row, m]
     mn = mnull[row]
-    start, _ = _chain_bounds(cw, cbw, ftmp, btmp, mmin, sat, off, i, l, mn)
+    start, _ = _chain_bounds(cw, cbw, cout, ftmp, btmp, mmin, sat, off, i, l, mn)
     if m >= start:
         v = np.float32(fw[i] + bw[i]) + opt[off[i + 1] + (l - i - 1), m - cbw[i + 1]]
         if v == best:
@@ -283,7 +290,8 @@ def decide(opt, cw, cbw, ftmp, btmp, fw, bw, cum, off, mnull, mmin, sat, M, i, l
 
 
 @njit(cache=True)
-def trace_time_plan(opt, cw, cbw, ftmp, btmp, fw, bw, cum, off, mnull, mmin, sat, M, m0):
+def trace_time_plan(opt, cw, cbw, cout, ftmp, btmp, fw, bw, cum, off, mnull, mmin, sat, M,
+                    m0):
     """Decisions of the optimal plan for ``(0, L)`` at memory ``m0``, in replay order.
 
     Walks the plan depth first without recursion: along a spine ``(i, l, m)`` a chain
@@ -306,7 +314,8 @@ def trace_time_plan(opt, cw, cbw, ftmp, btmp, fw, bw, cum, off, mnull, mmin, sat
         l = stack[top, 1]
         m = stack[top, 2]
         while i < l:
-            d = decide(opt, cw, cbw, ftmp, btmp, fw, bw, cum, off, mnull, mmin, sat, M, i, l, m)
+            d = decide(opt, cw, cbw, cout, ftmp, btmp, fw, bw, cum, off, mnull, mmin, sat, M,
+                       i, l, m)
             if n_out == out.shape[0]:
                 grown = np.empty(2 * out.shape[0], dtype=np.int64)
                 grown[:n_out] = out[:n_out]
@@ -328,14 +337,15 @@ def trace_time_plan(opt, cw, cbw, ftmp, btmp, fw, bw, cum, off, mnull, mmin, sat
 
 
 @njit(cache=True)
-def fill_min_peak(cw, cbw, ftmp, btmp, fw, bw, peak, time, choice):
+def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, peak, time, choice):
     """Exact minimum peak ``P[i][l]`` over persistent schedules of ``(i, l)`` (float64).
 
     The same recurrence as the time DP read as a min-max (ALGORITHMS.md section 2): base
-    ``max(cw[i+1] + cbw[i+1] + ftmp[i], cw[i] + cw[i+1] + cbw[i+1] + btmp[i])``; leaf ``j``:
+    ``max(cw[i+1] + cbw[i+1] + ftmp[i], cw[i] + cw[i+1] + cbw[i+1] + btmp[i] - cout[i+1])``;
+    leaf ``j``:
     ``max(m∅, cw[j] + P[j][l], P[i][j-1])``; chain (corrected, see :func:`_chain_bounds`):
-    ``max(m∅, cw[l+1] + cbw[i+1] + ftmp[i], cw[i] + cw[i+1] + cbw[i+1] + btmp[i],
-    cbw[i+1] + P[i+1][l])``; the least over options. Equal peaks are broken by the
+    ``max(m∅, cw[l+1] + cbw[i+1] + ftmp[i], cw[i] + cw[i+1] + cbw[i+1] + btmp[i] -
+    cout[i+1], cbw[i+1] + P[i+1][l])``; the least over options. Equal peaks are broken by the
     time of the options' plans (``time[i, l]``, a heuristic: it is not the least time among
     all minimum-peak schedules), then in favour of the chain option, then the smallest ``j``.
     ``peak``, ``time`` and ``choice`` are ``(L+1, L+1)``; ``choice`` gets 0 (chain) or ``j``
@@ -344,14 +354,15 @@ def fill_min_peak(cw, cbw, ftmp, btmp, fw, bw, peak, time, choice):
     L = peak.shape[0] - 1
     for i in range(L, -1, -1):
         peak[i, i] = max(cw[i + 1] + cbw[i + 1] + ftmp[i],
-                         cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i])
+                         cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i] - cout[i + 1])
         time[i, i] = fw[i] + bw[i]
         choice[i, i] = 0
         mx = cw[i + 1] + ftmp[i]
         for l in range(i + 1, L + 1):
             mnull = cw[l + 1] + mx
             best = max(max(mnull, cw[l + 1] + cbw[i + 1] + ftmp[i]),
-                       max(cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i], cbw[i + 1] + peak[i + 1, l]))
+                       max(cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i] - cout[i + 1],
+                           cbw[i + 1] + peak[i + 1, l]))
             best_time = time[i, i] + time[i + 1, l]
             arg = 0
             prefix = 0.0

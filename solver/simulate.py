@@ -29,8 +29,8 @@ op's peak candidate (a backend may compute it and drop it at once, as the ``cust
 backend's ``jax.vjp`` does) but is not stored. That own ``x[i+1]`` is then freed by
 the rules above (``F_none(i+1)``, the loss, ``B(i+1)``). In a plan's op sequence this never
 holds more than the all-true model at any moment (``F_none(i+1)`` never follows
-``F_all(i)`` in a plan), so the dynamic programs, which plan with the all-true model,
-stay within budget; the simulated peak is the tighter figure.
+``F_all(i)`` in a plan; tests/test_simulate.py checks every plan of small chains). Rotor's
+dynamic program models the flags exactly (:mod:`solver.rotor`).
 
 Storing a value that is already stored is an invalid sequence, like a missing input.
 The state is a small immutable record of bitmasks so that exhaustive searches can hash it.

@@ -15,7 +15,7 @@ from .baselines import BASELINE_METHODS, baseline_schedule
 from .chain import Chain
 from .errors import InfeasibleBudget
 from .ilp_chain import ilp_chain_schedule
-from .rotor import RotorTable, min_peak_schedule
+from .rotor import RotorTable
 from .schedule import Schedule
 
 __all__ = ["solve", "METHODS"]
@@ -98,24 +98,17 @@ def solve(
     else:
         table = RotorTable(chain, budget, int(slots))
         candidates = []
-        least = table.min_budget
         try:
             candidates.append(table.schedule(budget))
         except InfeasibleBudget:
-            if not chain.output_in_tape.all():
-                # The DP plans with outputs in tapes; its least-peak plan may still fit
-                # once outputs outside tapes are freed early (solver.simulate).
-                tighter = min_peak_schedule(chain)
-                least = min(least, tighter.peak)
-                if tighter.peak <= budget:
-                    candidates.append(tighter)
+            pass
         for name in BASELINE_METHODS:
             try:
                 candidates.append(baseline_schedule(chain, name, budget))
             except InfeasibleBudget:
                 pass
         if not candidates:
-            raise InfeasibleBudget(budget, least, "rotor")
+            raise InfeasibleBudget(budget, table.min_budget, "rotor")
         schedule = min(candidates, key=lambda s: (s.time, s.peak))
     if schedule.peak > budget * (1 + _PEAK_TOLERANCE):
         raise AssertionError(

@@ -6,6 +6,12 @@ The reference below is written from ALGORITHMS.md section 2 directly (recursion 
 ``m >= cw[l+1] + cbw[i+1] + ftmp[i]`` for it and ``m >= cw[i] + cw[i+1] + cbw[i+1] +
 btmp[i]`` for ``B(i)``, instead of the published ``Opt[m][i][i]`` (which charges ``F_all(i)``
 as if ``g[i+1]`` were held). ``corrected=False`` gives the published recurrence.
+
+Outputs outside the tape (``Chain.output_in_tape[i]`` false, :mod:`solver.simulate`) change
+one term: ``B(i)`` holds ``tape[i]`` without ``x[i+1]`` (freed at the end of the sub-solve,
+whose input it is), so it needs ``cout[i+1]`` less, ``cout[i+1] = x_size[i+1]`` where the
+flag is false. Every other term is unchanged (see solver/rotor.py). The brute-force tests
+at the end check the DP against every plan of small chains under the flagged simulator.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from hypothesis import given, settings, strategies as st
 from solver import Chain, Checkpoint, InfeasibleBudget, Layer, make_schedule, simulate
 from solver.rotor import RotorTable, min_peak_schedule, plan_from_decisions, rotor_min_budget
 
+from plans import plans
+
 INF = math.inf
 
 
@@ -28,6 +36,8 @@ def reference(chain: Chain, corrected: bool = True):
     L = chain.length
     cw = [int(v) for v in chain.x_size] + [0]
     cbw = [0] + [int(v) for v in chain.xbar_size] + [0]
+    cout = [0] + [0 if keep else int(v)
+                  for keep, v in zip(chain.output_in_tape, chain.x_size[1:])] + [0]
     ftmp = [int(v) for v in chain.fwd_tmp] + [0]
     btmp = [int(v) for v in chain.bwd_tmp] + [0]
     fw = [float(v) for v in chain.fwd_time] + [0.0]
@@ -37,7 +47,8 @@ def reference(chain: Chain, corrected: bool = True):
     def opt(m: int, i: int, l: int):
         """(time, plan items for layers i..min(l, L-1)) or (inf, None)."""
         if i == l:
-            need = max(cw[i + 1] + cbw[i + 1] + ftmp[i], cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i])
+            need = max(cw[i + 1] + cbw[i + 1] + ftmp[i],
+                       cw[i] + cw[i + 1] + cbw[i + 1] - cout[i + 1] + btmp[i])
             if m < need:
                 return INF, None
             return fw[i] + bw[i], ((Layer(i),) if i < L else ())
@@ -50,7 +61,7 @@ def reference(chain: Chain, corrected: bool = True):
         # Chain option first: ties favour storing.
         if corrected:
             fits = m >= max(cw[l + 1] + cbw[i + 1] + ftmp[i],
-                            cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i])
+                            cw[i] + cw[i + 1] + cbw[i + 1] - cout[i + 1] + btmp[i])
             t0 = fw[i] + bw[i] if fits else INF
         else:
             t0 = opt(m, i, i)[0]
@@ -81,7 +92,7 @@ def no_remat_peak(chain: Chain) -> float:
 
 
 @st.composite
-def integer_chains(draw, max_layers=5):
+def integer_chains(draw, max_layers=5, flagged=False):
     L = draw(st.integers(1, max_layers))
     ints = lambda n, hi: draw(st.lists(st.integers(0, hi), min_size=n, max_size=n))
     x = ints(L + 1, 6)
@@ -93,6 +104,7 @@ def integer_chains(draw, max_layers=5):
         xbar_size=[x[i + 1] + extra[i] for i in range(L)],
         fwd_tmp=ints(L, 3),
         bwd_tmp=ints(L, 3),
+        output_in_tape=draw(st.lists(st.booleans(), min_size=L, max_size=L)) if flagged else None,
     )
 
 
@@ -216,14 +228,16 @@ def test_chain_option_does_not_overcount():
     assert RotorTable(chain, 4, slots=4).schedule(4).plan == (Layer(0),)
 
 
-def test_rounded_table_fits_real_budget():
+@pytest.mark.parametrize("flagged", [False, True])
+def test_rounded_table_fits_real_budget(flagged):
     rng = np.random.default_rng(3)
     for _ in range(20):
         L = int(rng.integers(2, 30))
         x = rng.uniform(0.5, 10, L + 1)
+        flags = rng.random(L) < 0.5 if flagged else None
         chain = Chain(fwd_time=rng.uniform(0, 3, L), bwd_time=rng.uniform(0, 5, L), x_size=x,
                       xbar_size=x[1:] * rng.uniform(1, 3, L), fwd_tmp=rng.uniform(0, 4, L),
-                      bwd_tmp=rng.uniform(0, 4, L))
+                      bwd_tmp=rng.uniform(0, 4, L), output_in_tape=flags)
         low, high = rotor_min_budget(chain), no_remat_peak(chain)
         table = RotorTable(chain, high, slots=int(rng.integers(5, 300)))
         assert not table.exact
@@ -276,3 +290,50 @@ def test_deeply_nested_schedule_beyond_the_recursion_limit():
     assert schedule.time == table.predicted_time(budget)
     # Recomputing from the start: quadratic in L.
     assert schedule.num_forwards > L * (L - 1) / 2
+
+
+# --- outputs outside the tape (Chain.output_in_tape): exact against every plan --------
+
+
+@settings(max_examples=150, deadline=None)
+@given(integer_chains(flagged=True))
+def test_flagged_chains_match_reference_at_every_budget(chain):
+    check_every_budget(chain)
+
+
+@settings(max_examples=300, deadline=None)
+@given(integer_chains(max_layers=4, flagged=True))
+def test_flagged_dp_is_exact_over_every_plan(chain):
+    """At every integer budget the DP's time is the least flagged simulated time of the plans
+    that fit, and its minimum budget is the least flagged simulated peak of any plan."""
+    costs = [(s.time, s.peak) for s in (make_schedule(chain, p) for p in plans(0, chain.length))]
+    least = min(peak for _, peak in costs)
+    assert rotor_min_budget(chain) == least
+    assert min_peak_schedule(chain).peak == least
+    top = int(no_remat_peak(chain)) + 1
+    table = RotorTable(chain, top, slots=top)
+    assert table.exact and table.min_budget == least
+    for budget in range(1, int(least)):
+        with pytest.raises(InfeasibleBudget):
+            table.schedule(budget)
+    for budget in range(max(1, int(least)), top + 1):
+        schedule = table.schedule(budget)
+        assert schedule.peak <= budget
+        assert schedule.time == min(time for time, peak in costs if peak <= budget)
+        assert table.predicted_time(budget) == schedule.time
+
+
+def test_output_outside_the_tape_lowers_the_backward():
+    # x = [5, 4, 1], tape0 = 4 (all of it x1). B(0) needs x0 + g0 + g1 + tape0 = 18 with x1
+    # in tape0, whatever the plan. When layer 0's backward does not read x1, B(1) frees it
+    # and B(0) needs 14; storing everything then peaks at B(1): x0 + x1 + g1 + tape1 + g2
+    # = 15, which the DP must see.
+    kept = Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[5, 4, 1], xbar_size=[4, 1])
+    freed = Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[5, 4, 1], xbar_size=[4, 1],
+                  output_in_tape=[False, True])
+    store_all = (Layer(0), Layer(1))
+    assert make_schedule(kept, store_all).peak == 18
+    assert make_schedule(freed, store_all).peak == 15
+    assert rotor_min_budget(kept) == 18 and rotor_min_budget(freed) == 15
+    table = RotorTable(freed, 15, slots=15)
+    assert table.min_budget == 15 and table.schedule(15).plan == store_all

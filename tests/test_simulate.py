@@ -151,6 +151,8 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from solver import RotorTable, memory_trace, validate_plan  # noqa: E402
 
+from plans import plans  # noqa: E402
+
 
 def with_flags(chain: Chain, flags) -> Chain:
     return dataclasses.replace(chain, output_in_tape=list(flags))
@@ -193,20 +195,6 @@ def test_flags_are_validated():
     chain = Chain(fwd_time=[1], bwd_time=[1], x_size=[1, 1], xbar_size=[1])
     assert chain.output_in_tape.tolist() == [True] and chain == with_flags(chain, [True])
     assert chain != with_flags(chain, [False])
-
-
-def plans(start: int, stop: int, body: bool = False):
-    """Every plan over layers ``start .. stop-1`` (a checkpoint's body ends with a Layer)."""
-    if start == stop:
-        yield ()
-        return
-    for rest in plans(start + 1, stop):
-        yield (Layer(start),) + rest
-    for end in range(start + 1, stop + (0 if body else 1)):
-        for inner in plans(start, end, body=True):
-            if isinstance(inner[-1], Layer):
-                for rest in plans(end, stop):
-                    yield (Checkpoint(start, end, inner),) + rest
 
 
 @st.composite
