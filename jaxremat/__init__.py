@@ -4,6 +4,8 @@ Plan which activations to keep and which to recompute under a memory budget, the
 plan with nested ``jax.checkpoint`` (or ``jax.custom_vjp``) segments:
 
 * :func:`remat_sequence` -- a sequence of pure layers ``layer(params, x) -> y``;
+* :func:`remat_graph` -- any function ``fn(params, x)``: Feng & Huang's checkpoints on its
+  dataflow graph (branches, residuals, concatenations);
 * :mod:`jaxremat.flax` -- Flax NNX and Linen wrappers (imported on demand);
 * :func:`profile_layers` -- the cost model of a sequence (sizes, times, transients);
 * :func:`activation_memory` / :func:`program_memory` -- program-order memory on the jaxpr,
@@ -18,10 +20,13 @@ from .budget import format_bytes, parse_budget, resolve_budget
 from .meter import activation_memory, program_memory
 from .plan import Plan
 from .profile import profile_layers
+from .remat_graph import GraphPlan, RematGraph, remat_graph
 from .sequence import RematSequence, remat_sequence
 
 __all__ = [
+    "GraphPlan",
     "Plan",
+    "RematGraph",
     "RematSequence",
     "activation_memory",
     "budget_from_device",
@@ -29,6 +34,7 @@ __all__ = [
     "parse_budget",
     "profile_layers",
     "program_memory",
+    "remat_graph",
     "remat_sequence",
     "resolve_budget",
 ]

@@ -40,7 +40,7 @@ from .graph import Graph
 
 __all__ = [
     "merged_segments", "segment_masks", "segments_of", "memory_of", "graph_segments", "training_memory",
-    "recompute_cost", "checkpoint_ids",
+    "recompute_cost", "checkpoint_ids", "strongly_connected",
 ]
 
 
@@ -95,7 +95,7 @@ def merged_segments(
         qa, qb = int(node[a]), int(node[b])
         if qa != qb:
             q_succ[qa].add(qb)
-    scc = _strongly_connected(r + n, q_succ)
+    scc = strongly_connected(r + n, q_succ)
     # Tarjan emits SCCs in reverse topological order; reverse for a topological order.
     segments: list[list[int]] = []
     for group in reversed(scc):
@@ -168,7 +168,7 @@ def segment_masks(recomputed: np.int64, undirected: np.ndarray, successors: np.n
     return out[:count]
 
 
-def _strongly_connected(n: int, succ: list[set[int]]) -> list[list[int]]:
+def strongly_connected(n: int, succ: list[set[int]]) -> list[list[int]]:
     """Tarjan's algorithm, iterative; SCCs in reverse topological order."""
     index = [-1] * n
     low = [0] * n

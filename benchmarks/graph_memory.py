@@ -1,0 +1,72 @@
+"""``remat_graph`` (Feng & Huang on the jaxpr) versus layer-level ``remat_sequence``.
+
+    python benchmarks/graph_memory.py [--models mlp,conv,gpt]
+
+For the models of ``benchmarks/jax_memory.py`` written as one function ``fn(params, x)``
+(the layer loop inlined), it prints per plan:
+
+* ops: top-level operations on ``x`` (graph vertices); solve: seconds to trace and search;
+* model: Feng & Huang's predicted memory (kept tensors + largest rebuilt segment);
+* measured: :func:`jaxremat.activation_memory` of ``jax.grad`` (program order, parameters
+  excluded), and its share of the plain program's;
+* flops: ``Lowered.cost_analysis()`` flops of the jitted gradient relative to the plain one.
+
+Rows: ``graph`` (``remat_graph``: the least-memory checkpoints) and, for reference,
+``remat_sequence`` on the layers with ``every_layer`` and with ``rotor`` at the memory
+``graph`` measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import solver  # noqa: E402
+from jax_memory import MODELS, _flops, _loss, _plain  # noqa: E402
+from jaxremat import activation_memory, format_bytes, remat_graph, remat_sequence  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="mlp,conv,gpt")
+    args = parser.parse_args()
+    header = (f"{'model':<5} {'plan':<16} {'ops':>5} {'solve s':>7} {'model':>10} {'measured':>10} "
+              f"{'meas/plain':>10} {'flops x':>7}")
+    print(header)
+    print("-" * len(header))
+    for name in args.models.split(","):
+        layers, params, x = MODELS[name]()
+        fn = _loss(lambda p, x, layers=layers: _plain(layers, p, x))
+        plain = activation_memory(fn, params, x)
+        base = _flops(fn, params, x)
+        print(f"{name:<5} {'plain':<16} {'':>5} {'':>7} {'':>10} {format_bytes(plain):>10} "
+              f"{1:>10.3f} {1:>7.3f}")
+        start = time.perf_counter()
+        g = remat_graph(fn)
+        plan = g.plan(params, x)
+        solve = time.perf_counter() - start
+        least = activation_memory(g, params, x)
+        print(f"{name:<5} {'graph':<16} {len(plan.graph) - 2:>5} {solve:>7.2f} "
+              f"{format_bytes(plan.predicted):>10} {format_bytes(least):>10} "
+              f"{least / plain:>10.3f} {_flops(g, params, x) / base:>7.3f}")
+        for method, budget in (("every_layer", plain), ("rotor", least)):
+            seq = remat_sequence(layers, int(budget), method=method)
+            label = f"seq {method}"
+            try:
+                seq.plan(params, x)
+            except solver.InfeasibleBudget as error:
+                print(f"{name:<5} {label:<16} infeasible (needs {format_bytes(error.min_budget)})")
+                continue
+            loss = _loss(seq)
+            measured = activation_memory(loss, params, x)
+            print(f"{name:<5} {label:<16} {len(layers):>5} {'':>7} {'':>10} {format_bytes(measured):>10} "
+                  f"{measured / plain:>10.3f} {_flops(loss, params, x) / base:>7.3f}")
+
+
+if __name__ == "__main__":
+    main()
