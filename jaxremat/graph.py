@@ -3,9 +3,10 @@
 :func:`trace_graph` traces ``fn(params, x)`` to a jaxpr and turns its top-level equations
 into a :class:`solver.Graph` (Feng & Huang, "Optimal Gradient Checkpoint Search for
 Arbitrary Computation Graphs", CVPR 2021, section 3): one vertex per equation that depends
-on ``x`` (its size: the bytes of its outputs; its cost: an estimate of its flops), a source
-vertex ``"input"`` standing for ``x`` and a target vertex ``"output"`` reading every result.
-An edge ``u -> v`` means equation ``v`` reads a value equation ``u`` produced.
+on ``x``, or per short group of them (:func:`trace_graph`), sized by the bytes of its
+outputs and costed by an estimate of its flops; a source vertex ``"input"`` standing for
+``x``; a target vertex ``"output"`` reading every result. An edge ``u -> v`` means that
+``v`` reads a value ``u`` produced.
 
 Equations that do not depend on ``x`` (casting or transposing parameters, constants) are
 not vertices: they are the *parameter side* and run once, before everything else. Edges
@@ -14,16 +15,15 @@ no recomputation, and counting them would join every layer to the source and hid
 graph's articulation points from the division tree.
 
 A call (``jit``, ``custom_vjp``, ``checkpoint``...) is one equation, hence one vertex, whose
-cost is the sum of its body's. The graph is as fine as the jaxpr: an elementwise op is a
-vertex. Functions of more than ``max_vertices`` equations are refused with a message
-pointing to :func:`jaxremat.remat_sequence` (layer-level planning).
+cost is the sum of its body's. Functions of more than ``max_vertices`` vertices are refused
+with a message pointing to :func:`jaxremat.remat_sequence` (layer-level planning).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import jax
 from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
@@ -95,65 +95,105 @@ class TracedGraph:
     Attributes:
       closed: the jaxpr of ``fn(params, x)`` (invars: the leaves of ``params``, then ``x``).
       out_tree: the pytree structure of ``fn``'s result.
-      graph: the :class:`solver.Graph`; vertex ``i`` (an int) is equation ``i``.
+      graph: the :class:`solver.Graph`; vertex ``i`` (an int) is the group of equations
+        that starts with equation ``i``.
+      members: the equations of each vertex, in program order.
       param_side: indices of the equations that do not depend on ``x``, in program order.
     """
 
     closed: ClosedJaxpr
     out_tree: Any
     graph: solver.Graph
+    members: Mapping[int, tuple[int, ...]]
     param_side: tuple[int, ...]
 
 
+_STARTS_VERTEX = ("dot_general", "conv_general_dilated")
+
+
+def _fuses(eqn: JaxprEqn, read: Var) -> bool:
+    """Whether ``eqn``, whose only input on ``x`` is ``read``, joins ``read``'s vertex:
+    a shape-preserving op that is not a matmul, a convolution or a call."""
+    outs = [v for v in eqn.outvars if not _dropped(v)]
+    return (len(outs) == 1 and getattr(outs[0].aval, "shape", None) == getattr(read.aval, "shape", ())
+            and eqn.primitive.name not in _STARTS_VERTEX and _body(eqn) is None)
+
+
 def trace_graph(fn: Callable, params: Any, x: Any, *, max_vertices: int = 1000) -> TracedGraph:
-    """Trace ``fn(params, x)`` (abstract values suffice) and build its dataflow graph."""
+    """Trace ``fn(params, x)`` (abstract values suffice) and build its dataflow graph.
+
+    Vertices are groups of equations: an equation that reads one value on ``x``, the only
+    output of the equation before it and read by nothing else, and that preserves its shape
+    (bias adds, activations, casts, scalings) joins that equation's vertex, so that a
+    ``conv -> add bias -> relu`` is one vertex whose size is its output's. Matmuls,
+    convolutions, calls, reductions and reshapes start a vertex of their own.
+    """
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(params, x)
     jaxpr = closed.jaxpr
     n_params = len(jax.tree.leaves(params))
     x_vars = set(jaxpr.invars[n_params:])
     producer: dict[Var, int] = {}
+    readers: dict[Var, int] = {}
     depends = [False] * len(jaxpr.eqns)
-    edges: set[tuple[Any, Any]] = set()
+    on_x: list[list[Var]] = []
     for i, eqn in enumerate(jaxpr.eqns):
+        inputs = []
         for var in eqn.invars:
             if isinstance(var, Literal):
                 continue
-            if var in x_vars:
-                depends[i] = True
-                edges.add((SOURCE, i))
-            elif var in producer and depends[producer[var]]:
-                depends[i] = True
-                edges.add((producer[var], i))
+            readers[var] = readers.get(var, 0) + 1
+            if (var in x_vars or (var in producer and depends[producer[var]])) and var not in inputs:
+                inputs.append(var)
+        depends[i] = bool(inputs)
+        on_x.append(inputs)
         for var in eqn.outvars:
             producer[var] = i
-    vertices = [i for i, d in enumerate(depends) if d]
-    if not vertices:
+    outputs = {v for v in jaxpr.outvars if isinstance(v, Var)}
+    vertex_of: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    for i, inputs in enumerate(on_x):
+        if not depends[i]:
+            continue
+        v = inputs[0] if len(inputs) == 1 else None
+        if (v is not None and v not in x_vars and readers[v] == 1 and v not in outputs
+                and members[vertex_of[producer[v]]][-1] == producer[v] and _fuses(jaxpr.eqns[i], v)):
+            vertex_of[i] = vertex_of[producer[v]]
+        else:
+            vertex_of[i] = i
+        members.setdefault(vertex_of[i], []).append(i)
+    if not members:
         raise ValueError(
             "remat_graph: no operation of fn depends on x, so there is nothing to rematerialize."
         )
-    if len(vertices) > max_vertices:
+    if len(members) > max_vertices:
         raise ValueError(
-            f"remat_graph: fn has {len(vertices)} operations on x, more than max_vertices="
+            f"remat_graph: fn has {len(members)} operation groups on x, more than max_vertices="
             f"{max_vertices}. Raise max_vertices (the search may take long), or group the "
             f"model into layers and use jaxremat.remat_sequence."
         )
-    read = {src for src, _ in edges}
-    results = [producer[v] for v in jaxpr.outvars if isinstance(v, Var) and v in producer
-               and depends[producer[v]]]
+    edges: set[tuple[Any, Any]] = set()
+    for i, vertex in vertex_of.items():
+        for var in on_x[i]:
+            u = SOURCE if var in x_vars else vertex_of[producer[var]]
+            if u != vertex:
+                edges.add((u, vertex))
+    results = {vertex_of[producer[v]] for v in outputs if v in producer and depends[producer[v]]}
     if not results:
         raise ValueError("remat_graph: no result of fn depends on x; there is no backward to plan.")
-    for i in set(results) | {i for i in vertices if i not in read}:
-        edges.add((i, TARGET))
+    read = {u for u, _ in edges}
+    for vertex in results | {w for w in members if w not in read}:
+        edges.add((vertex, TARGET))
     sizes = {SOURCE: float(sum(aval_nbytes(v.aval) for v in x_vars))}
     costs = {SOURCE: 0.0}
-    for i in vertices:
-        sizes[i] = float(_bytes(jaxpr.eqns[i]))
-        costs[i] = equation_flops(jaxpr.eqns[i])
+    for vertex, ids in members.items():
+        sizes[vertex] = float(_bytes(jaxpr.eqns[ids[-1]]))
+        costs[vertex] = sum(equation_flops(jaxpr.eqns[i]) for i in ids)
     sizes[TARGET] = 0.0
     costs[TARGET] = 0.0
     graph = solver.Graph.from_edges(sorted(edges, key=_edge_key), sizes, costs)
     param_side = tuple(i for i, d in enumerate(depends) if not d)
-    return TracedGraph(closed, jax.tree.structure(out_shape), graph, param_side)
+    return TracedGraph(closed, jax.tree.structure(out_shape), graph,
+                       {k: tuple(v) for k, v in members.items()}, param_side)
 
 
 def _edge_key(edge):

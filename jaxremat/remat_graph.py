@@ -21,7 +21,7 @@ outside any checkpoint.
 
 Why there is no budget: the model charges every operation's output as held while its
 segment is rebuilt, where JAX frees what the backward does not read. For the least-memory
-sets the two agree (model / ``activation_memory`` = 0.99-1.36 on the models of
+sets the two are close (model / ``activation_memory`` = 0.57-1.31 on the models of
 ``benchmarks/graph_memory.py``), but for the larger sets a budget would allow they drift
 apart (1.3-3.9x), so a budget in the model's bytes would mislead; and the budgeted search
 takes 20-100 s on graphs of 300+ operations. For a memory/time trade-off under a budget, plan
@@ -52,9 +52,10 @@ class GraphPlan:
     """What :class:`RematGraph` does for one input signature.
 
     Attributes:
-      graph: the dataflow graph searched (vertex ``i`` is top-level equation ``i``).
+      graph: the dataflow graph searched (vertex ``i``: the group of top-level equations that
+        starts with equation ``i``).
       checkpoints: the search's result (kept vertices, segments, model memory, recompute).
-      regions: the equations of each checkpointed region, in the order they run.
+      regions: the vertices of each checkpointed region, in the order they run.
       predicted: the model's training memory of the kept set, in bytes.
       recompute: extra flops spent rebuilding segments, as a fraction of the forward's.
     """
@@ -69,7 +70,7 @@ class GraphPlan:
         kept = len(self.checkpoints.checkpoints)
         inner = len(self.graph) - 2
         return (
-            f"GraphPlan: {inner} operations, {kept} kept, {len(self.checkpoints.segments)} "
+            f"GraphPlan: {inner} operation groups, {kept} kept, {len(self.checkpoints.segments)} "
             f"segments rebuilt, {len(self.regions)} regions; model memory "
             f"{self.predicted / 2**20:.2f} MiB, recompute +{100 * self.recompute:.1f}%"
         )
@@ -157,17 +158,13 @@ def _sub_jaxpr(jaxpr: Jaxpr, eqn_ids, needed_after) -> tuple[Jaxpr, list, list]:
     return Jaxpr([], inputs, outputs, eqns, effects, info), inputs, outputs
 
 
-def run_regions(traced: TracedGraph, regions, params: Any, x: Any, *, backend: str = "checkpoint"):
+def run_regions(traced: TracedGraph, regions, params: Any, x: Any):
     """Evaluate ``traced.closed`` on ``(params, x)``, each region under ``jax.checkpoint``."""
     jaxpr = traced.closed.jaxpr
     env = dict(zip(jaxpr.constvars, traced.closed.consts))
     env.update(zip(jaxpr.invars, jax.tree.leaves(params) + jax.tree.leaves(x)))
-    readers: dict[Any, int] = {}
-    for i, eqn in enumerate(jaxpr.eqns):
-        for v in eqn.invars:
-            if not isinstance(v, Literal):
-                readers[v] = max(readers.get(v, -1), i)
-    blocks = [(False, traced.param_side)] + [(True, r) for r in regions]
+    equations = [tuple(sorted(i for v in region for i in traced.members[v])) for region in regions]
+    blocks = [(False, traced.param_side)] + [(True, ids) for ids in equations]
     owner = {i: k for k, (_, ids) in enumerate(blocks) for i in ids}
     read_by = {k: set() for k in range(len(blocks))}
     for i, eqn in enumerate(jaxpr.eqns):

@@ -1,6 +1,6 @@
 """The examples run in their small configuration and their losses go down.
 
-resnet_nnx, gpt_nnx and mlp_linen run in-process through their ``main(argv)``;
+resnet_nnx, gpt_nnx, mlp_linen and inception_graph run in-process through their ``main(argv)``;
 data_parallel runs in a subprocess because it sets XLA_FLAGS (8 host devices) before JAX
 starts.
 """
@@ -86,3 +86,13 @@ def test_data_parallel_sharded_equals_unsharded():
     result = json.loads(last[len("result: "):])
     assert result["final_loss"] < 0.5 * result["initial_loss"]
     assert result["grad_gap"] < 1e-4
+
+
+def test_inception_graph(capsys):
+    result = load("inception_graph").main(["--steps", "20"])
+    losses = result["losses"]
+    assert sum(losses[-3:]) / 3 < 0.5 * sum(losses[:2]) / 2, losses
+    assert result["remat_memory"] < 0.7 * result["plain_memory"]
+    plan = result["graph_plan"]
+    assert plan.recompute > 0 and len(plan.regions) > 1
+    assert "jaxremat plan: GraphPlan" in capsys.readouterr().out
