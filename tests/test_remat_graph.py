@@ -4,6 +4,10 @@ Every test checks values and gradients against the plain function, and memory wi
 program-order meter (``activation_memory``), in units of one activation ``A``.
 """
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -213,3 +217,43 @@ def test_errors():
         remat_graph(lambda p, x: jnp.sum(p**2))(matrix(0), X)
     with pytest.raises(ValueError, match="max_vertices=5.*remat_sequence"):
         remat_graph(residual_mlp, max_vertices=5)(MLP, X)
+
+
+_SHARDED = r"""
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jaxremat import remat_graph
+
+def fn(params, x):
+    for w1, w2 in params:
+        a, b = jnp.tanh(x @ w1), jnp.sin(x @ w2)
+        x = x + jnp.concatenate([a, b], -1)[:, : x.shape[-1]]
+    return jnp.mean(x ** 2)
+
+key = jax.random.PRNGKey(0)
+params = [tuple(jax.random.normal(jax.random.fold_in(key, 2 * i + j), (32, 32)) / 6 for j in range(2))
+          for i in range(4)]
+x = jax.random.normal(key, (64, 32))
+mesh = Mesh(np.array(jax.devices()), ("data",))
+xs = jax.device_put(x, NamedSharding(mesh, P("data")))
+g = remat_graph(fn)
+step = jax.jit(jax.value_and_grad(g))
+loss, grads = step(params, xs)
+loss0, grads0 = jax.value_and_grad(fn)(params, x)
+gap = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads0)))
+print(len(jax.devices()), float(loss), float(loss0), gap, len(g.plan(params, x).regions))
+"""
+
+
+def test_sharded_batch_equals_unsharded():
+    # a fresh process: the host device count must be set before JAX starts
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run([sys.executable, "-c", _SHARDED], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    devices, loss, loss0, gap, regions = done.stdout.split()
+    assert int(devices) == 4 and int(regions) > 1
+    assert abs(float(loss) - float(loss0)) <= 1e-5 * abs(float(loss0))
+    assert float(gap) < 1e-5
