@@ -19,12 +19,13 @@ one region at a time, which is how the model charges memory: the kept tensors pl
 largest rebuilt segment. The parameter side (equations not depending on ``x``) runs first,
 outside any checkpoint.
 
-Why there is no budget: the model charges every operation's output as held while its
-segment is rebuilt, where JAX frees what the backward does not read. For the least-memory
-sets the two are close (model / ``activation_memory`` = 0.57-1.31 on the models of
-``benchmarks/graph_memory.py``), but for the larger sets a budget would allow they drift
-apart (1.3-3.9x), so a budget in the model's bytes would mislead; and the budgeted search
-takes 20-100 s on graphs of 300+ operations. For a memory/time trade-off under a budget, plan
+Why there is no budget: the model charges every vertex's output as held while its segment
+is rebuilt, and JAX holds what the backward reads, which is sometimes less and sometimes
+more. For the least-memory sets the two are close (model / ``activation_memory`` =
+0.57-1.31 on the models of ``benchmarks/graph_memory.py``). For the looser sets that a
+budget would allow, they drift apart unpredictably: 0.80-2.92 at 10-60% of the way from
+the least memory to keeping everything. A budget in the model's bytes would therefore
+promise nothing about the real peak. For a memory/time trade-off under a budget, plan
 the model as layers with :func:`jaxremat.remat_sequence`.
 """
 
