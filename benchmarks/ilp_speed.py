@@ -8,6 +8,7 @@ without recomputation, and at budgets spaced between the two, the CPU and wall s
 Run from the repository root::
 
     .venv/bin/python benchmarks/ilp_speed.py --time-limit 60
+    .venv/bin/python benchmarks/ilp_speed.py --chains --graphs unit-chain15 unit-chain20
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="forward vertices of the random chains (default 10 15 20 30 40)")
     parser.add_argument("--fractions", type=float, nargs="*", default=[0.0, 0.1, 0.2, 0.3, 0.5, 1.0],
                         help="budgets as fractions between the least and no-remat peaks")
+    parser.add_argument("--graphs", nargs="*", default=None,
+                        help="only these graphs, by name (e.g. unit-chain20; default all)")
     args = parser.parse_args(argv)
     header = ["graph", "fwd", "train", "fraction", "budget", "cpu s", "wall s", "optimal",
               "objective"]
@@ -82,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(row(header, widths))
     print(row(["-" * w for w in widths], widths))
     for name, graph in graphs(args.chains):
+        if args.graphs is not None and name not in args.graphs:
+            continue
         training = TrainingGraph.from_graph(graph)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an upper bound is fine here

@@ -66,6 +66,45 @@ The tests check the reductions against the plain model (``IlpModel(reductions=Fa
 both formulations against each other, and everything against an exhaustive enumeration
 of the class on tiny graphs.
 
+**One-slot cuts.** With a fixed budget (not in :func:`ilp_min_peak`), :meth:`IlpModel.solve
+<solver.ilp_model.IlpModel.solve>` adds valid inequalities: they remove no feasible
+schedule, so no optimum. For a stage ``t`` and an interval ``U = {a..m}`` of ids
+(``1 <= a <= m < t``), let ``K = U - deps(t)``, ``entry(U)`` the ids of ``U`` none of whose
+inputs is in ``U``, and ``room = budget - M_t - sum_{deps(t)} M_i - M_0`` (``M_0`` only if
+``0`` is not an input of ``t`` and a vertex after ``t`` reads it). When ``room < 2 min_K M_i``
+(one slot for ``K``)::
+
+    sum_{i in K} S[t+1,i] <= sum_{i in U} S[t,i] + sum_{u in entry(U)} R[t,u].
+
+*Proof.* Right after ``t`` is computed, ``t``, its inputs, every value kept for ``t + 1``
+and the source (never recomputed, so held until its last reader) are resident, within
+the budget (the memory row at ``k = t``): at most one value of ``K`` is kept, the left
+side is at most 1. If the right side is 0, no vertex of ``U`` is held and no entry is
+computed in stage ``t``; then no vertex of ``U`` is computed at all, since the first one
+(smallest id) would read only vertices outside ``U`` (an input in ``U`` would be held, or
+computed before it), i.e. be an entry; so nothing of ``K`` is kept
+(``S[t+1,i] <= S[t,i] + R[t,i]``). *Effect.* At tight budgets the relaxation keeps small
+fractions of every value it recomputes besides those it holds (the held mass doubles
+from stage to stage); the cuts forbid that where one slot is free. On unit-size chains
+at budget 6 they close the gap: LP bound 52 -> 62 (= optimum) for 15 vertices and
+72 -> 95 for 20; proving time 2.1 s -> 0.3 s and 37 s -> 1 s.
+
+*Tried, not kept* (valid, but no effect, measured on unit chains of 15 / 20 at budgets
+7 / 8, two or three free slots): the same cut with ``Q >= 2`` slots (``left <= Q right``),
+also over windows of up to 14 stages (values of ``U`` kept after stage ``t'`` need a held
+one at ``t`` or an entry computed in ``t..t'``), separated in rounds until none is
+violated, and a per-stage split of ``S[t+1]`` by the nearest held value: the LP bound
+stays 51 / 70, the relaxation spreads small fractions of many checkpoints instead.
+Unproven restrictions measured too: checkpoints of the backward phase held until their
+last reader (same optimum, no gain), no recomputation in forward stages or of backward
+vertices (3x at 15 / 7, none at 20 / 8; the latter false on DAGs), integer counting
+variables for HiGHS to branch on (presolve removes them), an explicit objective row
+``cost <= optimum - 1`` (proving infeasibility is as slow), HiGHS without presolve (2-3x
+slower). Of HiGHS's options only ``mip_pscost_minreliable = 0`` (pseudocosts trusted at
+once, less strong branching) helps: about 2x on unit chains, never slower on the
+benchmark; ``scipy.optimize.milp`` passes it verbatim
+(:data:`solver.ilp_model.HIGHS_OPTIONS`).
+
 ``backward_recompute=False`` additionally fixes ``R[t,b] = 0`` for every backward vertex
 ``b`` and ``t > b``: a subclass (a gradient computed once), the one the chain simulator can
 replay (:mod:`solver.ilp_chain`, ``solve(method="ilp")``). It never changed the optimum on
@@ -76,15 +115,12 @@ sometimes helps (found on 5 of 75 random DAGs).
 1.12 through scipy 1.17). The compact liveness variables (4x fewer columns on a
 39-vertex training graph) and ``R + S <= 1`` give about 1-2x, not more: the LP
 relaxation itself is the bottleneck. Random chains of 10-20 forward vertices (19-39
-training vertices), residual and diamond DAGs of 13-19 forward vertices solve in 0.1-5 s
-at every budget; homogeneous (unit) chains of 20 at budgets 1.2-1.6x the least peak stay
-hard (35 s to over 60 s): the relaxation recomputes "half" a value and holds the other
-half, stage after stage (a geometric series), so HiGHS must branch through many
-symmetric near-optimal schedules; 30-40 forward vertices at in-between budgets often
-hit the time limit. Fixings that were tried and measured but *not* kept, because they
-gave no clear speedup and are not proven: no recomputation in forward stages of a
-chain, no recomputation of backward vertices (false on DAGs), HiGHS without presolve
-(2-3x slower).
+training vertices), residual and diamond DAGs of 13-19 forward vertices and unit-size
+chains of 15 and 20 prove optimal in 0.1-7 s at every budget of the benchmark but one:
+unit-chain20 at budget 8 (1.6x the least peak, three free slots), where the relaxation
+recomputes "half" a value and holds the other half, stage after stage (a geometric
+series; LP bound 70, optimum 73) and HiGHS needs about 2 minutes. 30-40 forward
+vertices at in-between budgets often hit the time limit.
 
 The source (the input) is given once: it is "computed" in stage 0 at its cost (0 by the
 Graph convention) and never recomputed (``R[t,0] = 0`` for ``t > 0``), so it stays

@@ -2,11 +2,14 @@
 
 :class:`IlpModel` builds the variables, rows and objective that :mod:`solver.ilp`'s module
 docstring states (Jain et al., "Checkmate", MLSys 2020, section 4 and appendix), in either
-formulation, with or without the reductions, and solves them with ``scipy.optimize.milp``
-(HiGHS). Nothing here is specific to chains.
+formulation, with or without the reductions, adds the one-slot cuts for the budget at
+hand and solves them with ``scipy.optimize.milp`` (HiGHS). Nothing here is specific to
+chains.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 from scipy import optimize, sparse
@@ -14,6 +17,12 @@ from scipy import optimize, sparse
 from .training_graph import TrainingGraph
 
 __all__ = ["IlpModel", "last_descendant"]
+
+# HiGHS options beyond scipy's documented ones (scipy passes them on verbatim, with a
+# warning). Pseudocosts are trusted from the first observation instead of after 8 strong
+# branchings: about 2x faster on unit-size chains, never slower on the benchmark
+# (benchmarks/ilp_speed.py; solver.ilp's module docstring).
+HIGHS_OPTIONS: dict[str, float | int | bool] = {"mip_pscost_minreliable": 0}
 
 
 def last_descendant(graph: TrainingGraph) -> np.ndarray:
@@ -45,6 +54,10 @@ class IlpModel:
         plain model, which the tests solve to check that the reductions keep the optimum.
       backward_recompute: allow recomputing backward vertices; ``False`` computes each
         one once, in its own stage (the chain simulator's class, :mod:`solver.ilp_chain`).
+      slot_cuts: add the one-slot cuts of :mod:`solver.ilp`'s module docstring at every
+        stage whose end leaves room for one more value of an interval (built per budget in
+        :meth:`solve`; only with ``reductions`` and a fixed budget). ``False`` for the tests
+        that check them against the model without.
 
     Memory rows are divided by the largest size (``scale``) so that byte-sized problems
     have coefficients near 1 for HiGHS's tolerances; budgets are divided alike in
@@ -59,8 +72,10 @@ class IlpModel:
         *,
         reductions: bool = True,
         backward_recompute: bool = True,
+        slot_cuts: bool = True,
     ) -> None:
         self.graph = graph
+        self.slot_cuts = slot_cuts and reductions and not min_peak
         self.scale = float(graph.sizes.max()) if len(graph) and graph.sizes.max() > 0 else 1.0
         self.users = graph.users
         self.reductions = reductions
@@ -221,17 +236,80 @@ class IlpModel:
                     terms[key] = terms.get(key, 0.0) + M[i]
             self._memory_row(terms, min_peak)
 
+    def slot_cuts_for(self, budget: float) -> sparse.csr_array:
+        """The one-slot cuts for ``budget`` (module docstring of :mod:`solver.ilp`), ``<= 0``.
+
+        For a stage ``t`` and an interval ``U = {a..m}`` of ids (``1 <= a <= m < t``), let
+        ``K`` be the ids of ``U`` outside ``deps(t)`` whose ``S[t+1]`` is not fixed at 0.
+        When the end of stage ``t`` has room for at most one of them next to ``t``, its
+        inputs and the source (if a later stage reads it), the row is
+        ``sum_K S[t+1,i] - sum_U S[t,i] - sum_{entry(U)} R[t,u] <= 0``, where ``entry(U)``
+        are the ids of ``U`` with no input in ``U``. Columns fixed at 0 are left out.
+        """
+        graph, M, T = self.graph, self.graph.sizes, len(self.graph)
+        rows: list[int] = []
+        cols: list[int] = []
+        values: list[float] = []
+        count = 0
+        if not self.slot_cuts or not np.isfinite(budget):
+            return sparse.csr_array((0, len(self.index)))
+        last_input = [max(deps, default=-1) for deps in graph.deps]
+        source_read_after = [max(self.users[0], default=-1) > t for t in range(T)]
+
+        def free(key: tuple) -> int | None:
+            column = self.index.get(key)
+            return column if column is not None and self.var_upper[column] > 0 else None
+
+        for t in range(1, T - 1):
+            deps = set(graph.deps[t])
+            room = budget - M[t] - sum(M[i] for i in deps)
+            if 0 not in deps and source_read_after[t]:
+                room -= M[0]
+            kept = {i: free(("S", t + 1, i)) for i in range(1, t) if i not in deps}
+            held = [free(("S", t, i)) for i in range(t)]
+            computed = [free(("R", t, u)) for u in range(t)]
+            for m in range(1, t):
+                smallest = np.inf
+                for a in range(m, 0, -1):
+                    if kept.get(a) is not None:
+                        smallest = min(smallest, M[a])
+                    if smallest == np.inf:
+                        continue
+                    if smallest <= 0 or np.floor(room / smallest + 1e-7) >= 2:
+                        break  # room for two: also for every longer interval
+                    terms = [kept[i] for i in range(a, m + 1) if kept.get(i) is not None]
+                    negative = [held[i] for i in range(a, m + 1)]
+                    negative += [computed[u] for u in range(a, m + 1) if last_input[u] < a]
+                    negative = [c for c in negative if c is not None]
+                    rows += [count] * (len(terms) + len(negative))
+                    cols += terms + negative
+                    values += [1.0] * len(terms) + [-1.0] * len(negative)
+                    count += 1
+        return sparse.csr_array((values, (rows, cols)), shape=(count, len(self.index)))
+
     def solve(self, budget: float, time_limit: float, gap: float) -> optimize.OptimizeResult:
-        """Run HiGHS with every memory row bounded by ``budget``."""
+        """Run HiGHS with every memory row bounded by ``budget`` (and the slot cuts)."""
         upper = np.asarray(self.upper, dtype=np.float64)
         upper[self.memory_rows] = budget / self.scale
-        return optimize.milp(
-            self.objective,
-            integrality=self.integrality,
-            bounds=optimize.Bounds(self.var_lower, self.var_upper),
-            constraints=optimize.LinearConstraint(self.matrix, self.lower, upper),
-            options={"time_limit": float(time_limit), "mip_rel_gap": float(gap), "disp": False},
-        )
+        lower = np.asarray(self.lower, dtype=np.float64)
+        matrix = self.matrix
+        cuts = self.slot_cuts_for(budget)
+        if cuts.shape[0]:
+            matrix = sparse.vstack([matrix, cuts], format="csr")
+            lower = np.concatenate([lower, np.full(cuts.shape[0], -np.inf)])
+            upper = np.concatenate([upper, np.zeros(cuts.shape[0])])
+        options = {"time_limit": float(time_limit), "mip_rel_gap": float(gap), "disp": False}
+        options.update(HIGHS_OPTIONS)
+        with warnings.catch_warnings():
+            # scipy warns that it passes options it does not know verbatim to HiGHS.
+            warnings.filterwarnings("ignore", message="Unrecognized options")
+            return optimize.milp(
+                self.objective,
+                integrality=self.integrality,
+                bounds=optimize.Bounds(self.var_lower, self.var_upper),
+                constraints=optimize.LinearConstraint(matrix, lower, upper),
+                options=options,
+            )
 
     def decisions(self, result: optimize.OptimizeResult) -> tuple[np.ndarray, np.ndarray]:
         """The boolean ``R`` and ``S`` matrices (``T x T``) of a solution."""

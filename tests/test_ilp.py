@@ -6,6 +6,9 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import optimize, sparse
 
 from solver import Chain, InfeasibleBudget
 from solver.graph import Graph
@@ -326,3 +329,91 @@ def test_byte_sized_problems_are_scaled():
     assert ilp_min_peak(big) == pytest.approx(1e8 * ilp_min_peak(small))
     budget = ilp_min_peak(small) + 1
     assert solve_ilp(big, 1e8 * budget).objective == solve_ilp(small, budget).objective
+
+
+# --------------------------------------------------------------------------- one-slot cuts
+def _optimum(training: TrainingGraph, budget: float, **kwargs) -> float | None:
+    """The optimal objective of an :class:`IlpModel` (``None``: infeasible budget)."""
+    model = IlpModel(training, "liveness", min_peak=False, **kwargs)
+    result = model.solve(budget, 60.0, 0.0)
+    assert result.status in (0, 2), result.message
+    return None if result.status == 2 else float(result.fun)
+
+
+def _check_slot_cuts(graph: Graph) -> int:
+    """Every budget from the least peak to no remat: the one-slot cuts keep the optimum.
+
+    The reference is the plain model (``reductions=False``: no reduction, no cut); the
+    reduced model without cuts is checked too. Returns how many cut rows were built.
+    """
+    training = TrainingGraph.from_graph(graph)
+    least = ilp_min_peak(training)
+    top = float(training.sizes.sum())
+    budgets = sorted({least - 0.5, *np.arange(least, top + 0.5, 0.5).tolist()})
+    rows = 0
+    for budget in budgets:
+        rows += IlpModel(training, "liveness", min_peak=False).slot_cuts_for(budget).shape[0]
+        plain = _optimum(training, budget, reductions=False)
+        with_cuts = _optimum(training, budget)
+        assert with_cuts == pytest.approx(plain), (graph.sizes, graph.costs, budget)
+        assert _optimum(training, budget, slot_cuts=False) == pytest.approx(plain)
+    return rows
+
+
+SLOT_GRAPHS = [
+    # Found by random search: a cut without the entry term, or one that assumes a single
+    # free slot where there are two, changes this chain's optimum at budgets 10-11.
+    chain_graph([3, 1, 1, 1, 2, 3], [0, 3, 1, 2, 2, 3]),
+    chain_graph([1] * 7),
+    chain_graph([1, 2, 1, 2, 1, 2, 1]),
+    residual(2, [1, 2, 1, 3, 1]),
+    diamond([2, 1, 3, 1]),
+]
+
+
+@pytest.mark.parametrize("index", range(len(SLOT_GRAPHS)))
+def test_slot_cuts_keep_the_optimum(index):
+    assert _check_slot_cuts(SLOT_GRAPHS[index]) > 0  # the cuts are actually built
+
+
+@st.composite
+def small_graphs(draw) -> Graph:
+    """Chains of 3-6 vertices, with up to two skip edges, sizes 1-3 and costs 0-3."""
+    n = draw(st.integers(3, 6))
+    sizes = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+    costs = [0] + draw(st.lists(st.integers(0, 3), min_size=n - 1, max_size=n - 1))
+    edges = {(i, i + 1) for i in range(n - 1)}
+    for _ in range(draw(st.integers(0, 2))):
+        a = draw(st.integers(0, n - 3))
+        edges.add((a, draw(st.integers(a + 2, n - 1))))
+    return Graph.from_edges(sorted(edges), sizes, costs)
+
+
+@settings(max_examples=20, deadline=None)
+@given(small_graphs())
+def test_slot_cuts_keep_the_optimum_on_random_graphs(graph):
+    _check_slot_cuts(graph)
+
+
+def test_slot_cuts_close_the_gap_on_a_unit_chain():
+    # The relaxation of a unit chain at its tightest budgets keeps fractions of every
+    # value it recomputes; with one free slot the cuts lift the LP bound to the optimum.
+    training = TrainingGraph.from_graph(chain_graph([1] * 10))
+    model = IlpModel(training, "liveness", min_peak=False)
+    cuts = model.slot_cuts_for(6.0)
+    assert cuts.shape[0] > 0
+    assert IlpModel(training, "liveness", min_peak=True).slot_cuts_for(6.0).shape[0] == 0
+
+    def relaxation(matrix) -> float:
+        upper = np.asarray(model.upper, dtype=float)
+        upper[model.memory_rows] = 6.0 / model.scale
+        lower = np.asarray(model.lower, dtype=float)
+        lower = np.concatenate([lower, np.full(matrix.shape[0] - len(lower), -np.inf)])
+        upper = np.concatenate([upper, np.zeros(matrix.shape[0] - len(upper))])
+        bounds = optimize.Bounds(model.var_lower, model.var_upper)
+        constraints = optimize.LinearConstraint(matrix, lower, upper)
+        return float(optimize.milp(model.objective, bounds=bounds, constraints=constraints).fun)
+
+    assert relaxation(model.matrix) < 33.0
+    assert relaxation(sparse.vstack([model.matrix, cuts], format="csr")) == pytest.approx(34.0)
+    assert solve_ilp(training, 6.0).objective == 34.0
