@@ -11,9 +11,10 @@ For the models of ``benchmarks/jax_memory.py`` written as one function ``fn(para
   excluded), and its share of the plain program's;
 * flops: ``Lowered.cost_analysis()`` flops of the jitted gradient relative to the plain one.
 
-Rows: ``graph`` (``remat_graph``: the least-memory checkpoints) and, for reference,
-``remat_sequence`` on the layers with ``every_layer`` and with ``rotor`` at the memory
-``graph`` measured.
+Rows: ``graph`` (``remat_graph``: the least-memory checkpoints); ``graph @ s`` (``remat_graph``
+with a budget a share ``s`` of the way from what ``graph`` measured to the plain program's
+memory; ``solve`` includes the bisection and its measurements) and, for reference,
+``seq rotor @ s`` (``remat_sequence`` on the layers at the same budget); ``seq every_layer``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from jaxremat import activation_memory, format_bytes, remat_graph, remat_sequenc
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="mlp,conv,gpt")
+    parser.add_argument("--shares", default="0,0.1,0.25,0.5",
+                        help="budgets for remat_graph, as shares of the way from the least memory to plain")
     args = parser.parse_args()
     header = (f"{'model':<5} {'plan':<16} {'ops':>5} {'solve s':>7} {'model':>10} {'measured':>10} "
               f"{'meas/plain':>10} {'flops x':>7}")
@@ -54,18 +57,38 @@ def main() -> None:
         print(f"{name:<5} {'graph':<16} {len(plan.graph) - 2:>5} {solve:>7.2f} "
               f"{format_bytes(plan.predicted):>10} {format_bytes(least):>10} "
               f"{least / plain:>10.3f} {_flops(g, params, x) / base:>7.3f}")
-        for method, budget in (("every_layer", plain), ("rotor", least)):
-            seq = remat_sequence(layers, int(budget), method=method)
-            label = f"seq {method}"
+        for share in (float(s) for s in args.shares.split(",") if s):
+            budget = int(least + share * (plain - least))
+            start = time.perf_counter()
+            g = remat_graph(fn, budget)
+            label = f"graph @ {share:g}"
             try:
-                seq.plan(params, x)
+                plan = g.plan(params, x)
             except solver.InfeasibleBudget as error:
                 print(f"{name:<5} {label:<16} infeasible (needs {format_bytes(error.min_budget)})")
-                continue
-            loss = _loss(seq)
-            measured = activation_memory(loss, params, x)
-            print(f"{name:<5} {label:<16} {len(layers):>5} {'':>7} {'':>10} {format_bytes(measured):>10} "
-                  f"{measured / plain:>10.3f} {_flops(loss, params, x) / base:>7.3f}")
+            else:
+                solve = time.perf_counter() - start
+                measured = activation_memory(g, params, x)
+                assert measured == plan.measured <= plan.budget
+                print(f"{name:<5} {label:<16} {len(plan.graph) - 2:>5} {solve:>7.2f} "
+                      f"{format_bytes(plan.predicted):>10} {format_bytes(measured):>10} "
+                      f"{measured / plain:>10.3f} {_flops(g, params, x) / base:>7.3f}")
+            _sequence_row(name, f"seq rotor @ {share:g}", layers, params, x, budget, "rotor", plain, base)
+        _sequence_row(name, "seq every_layer", layers, params, x, plain, "every_layer", plain, base)
+
+
+def _sequence_row(name, label, layers, params, x, budget, method, plain, base) -> None:
+    """A row for ``remat_sequence`` on the layers at ``budget``."""
+    seq = remat_sequence(layers, int(budget), method=method)
+    try:
+        seq.plan(params, x)
+    except solver.InfeasibleBudget as error:
+        print(f"{name:<5} {label:<16} infeasible (needs {format_bytes(error.min_budget)})")
+        return
+    loss = _loss(seq)
+    measured = activation_memory(loss, params, x)
+    print(f"{name:<5} {label:<16} {len(layers):>5} {'':>7} {'':>10} {format_bytes(measured):>10} "
+          f"{measured / plain:>10.3f} {_flops(loss, params, x) / base:>7.3f}")
 
 
 if __name__ == "__main__":

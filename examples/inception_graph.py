@@ -8,8 +8,9 @@ rebuilt segment under its own ``jax.checkpoint``. The model is used functionally
 on a synthetic classification task; the script prints the plan, the activation memory with
 and without remat (program order, ``jaxremat.activation_memory``) and the loss.
 
-    python examples/inception_graph.py            # small, < 1 minute on a CPU
-    python examples/inception_graph.py --large    # GPU size
+    python examples/inception_graph.py                 # small, < 1 minute on a CPU
+    python examples/inception_graph.py --budget 60%    # least recompute within 60% of the memory
+    python examples/inception_graph.py --large         # GPU size
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--large", action="store_true", help="GPU size")
+    parser.add_argument("--budget", default=None,
+                        help="activation budget for remat_graph, e.g. '60%%' or '4MiB' (default: least memory)")
     args = parser.parse_args(argv)
     channels, blocks, size, batch = (128, 8, 32, 128) if args.large else (16, 4, 16, 32)
     classes = 4
@@ -79,7 +82,7 @@ def main(argv=None) -> dict:
     def forward(params, x):
         return nnx.merge(graphdef, params)(x)
 
-    remat_forward = jaxremat.remat_graph(forward)
+    remat_forward = jaxremat.remat_graph(forward, args.budget)
 
     def loss_fn(params, x, y, run=remat_forward):
         logits = run(params, x)

@@ -19,14 +19,15 @@ one region at a time, which is how the model charges memory: the kept tensors pl
 largest rebuilt segment. The parameter side (equations not depending on ``x``) runs first,
 outside any checkpoint.
 
-Why there is no budget: the model charges every vertex's output as held while its segment
-is rebuilt, and JAX holds what the backward reads, which is sometimes less and sometimes
-more. For the least-memory sets the two are close (model / ``activation_memory`` =
-0.57-1.31 on the models of ``benchmarks/graph_memory.py``). For the looser sets that a
-budget would allow, they drift apart unpredictably: 0.80-2.92 at 10-60% of the way from
-the least memory to keeping everything. A budget in the model's bytes would therefore
-promise nothing about the real peak. For a memory/time trade-off under a budget, plan
-the model as layers with :func:`jaxremat.remat_sequence`.
+A budget (``remat_graph(fn, budget)``) bounds *measured* memory, not the model's: the model
+charges every vertex's output as held while its segment is rebuilt, and JAX holds what the
+backward reads, which is sometimes less and sometimes more. For the least-memory sets the
+two are close (model / ``activation_memory`` = 0.57-1.31 on the models of
+``benchmarks/graph_memory.py``); for the looser sets a budget allows they drift apart
+(0.80-2.92 at 10-60% of the way from the least memory to keeping everything). So the
+budgeted search's model budget is only a knob, and each candidate set is measured with
+:func:`jaxremat.activation_memory` on the program it yields (:mod:`jaxremat.graph_budget`):
+the plan's measured memory fits the budget.
 """
 
 from __future__ import annotations
@@ -36,16 +37,23 @@ import heapq
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 from jax.extend.core import ClosedJaxpr, DebugInfo, Jaxpr, Literal, jaxpr_as_fun
 
 import solver
-from solver.graph_model import strongly_connected
+from solver.graph_model import memory_of, strongly_connected
 
+from .budget import check_budget, format_bytes, resolve_budget
 from .graph import SOURCE, TARGET, TracedGraph, trace_graph
+from .graph_budget import fit_budget
+from .meter import activation_memory
 from .trace_state import vmap_batch_size
 from .trees import abstractify, signature
 
 __all__ = ["GraphPlan", "RematGraph", "remat_graph"]
+
+SAVED = "jaxremat_saved"  # the checkpoint_name of kept values saved inside a region
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,25 +64,43 @@ class GraphPlan:
       graph: the dataflow graph searched (vertex ``i``: the group of top-level equations that
         starts with equation ``i``).
       checkpoints: the search's result (kept vertices, segments, model memory, recompute).
-      regions: the vertices of each checkpointed region, in the order they run.
+      regions: the vertices of each region, in the order they run; empty when the plain
+        function fits the budget (nothing is checkpointed).
+      checkpointed: for each region, whether it runs under ``jax.checkpoint``.
+      saved: kept vertices whose values a checkpointed region saves for its backward
+        (``checkpoint_name`` and a ``save_only_these_names`` policy) instead of recomputing.
+        Without a budget there are none and every region is checkpointed: least memory,
+        kept vertices inside a region are recomputed with it. With a budget, no kept vertex
+        is recomputed, as the model's recompute assumes: a region of kept vertices only runs
+        without ``jax.checkpoint``, and the kept vertices of the other regions are saved.
       predicted: the model's training memory of the kept set, in bytes.
       recompute: extra flops spent rebuilding segments, as a fraction of the forward's.
+      budget: the budget in bytes, or ``None`` (least memory).
+      measured: with a budget, the plan's :func:`jaxremat.activation_memory` (of the sum of
+        ``fn``'s outputs) in bytes, at most ``budget``; ``None`` without a budget.
     """
 
     graph: solver.Graph
     checkpoints: solver.CheckpointSet
     regions: tuple[tuple[int, ...], ...]
+    checkpointed: tuple[bool, ...]
+    saved: frozenset
     predicted: float
     recompute: float
+    budget: int | None = None
+    measured: int | None = None
 
     def __str__(self) -> str:
         kept = len(self.checkpoints.checkpoints)
         inner = len(self.graph) - 2
-        return (
+        text = (
             f"GraphPlan: {inner} operation groups, {kept} kept, {len(self.checkpoints.segments)} "
             f"segments rebuilt, {len(self.regions)} regions; model memory "
-            f"{self.predicted / 2**20:.2f} MiB, recompute +{100 * self.recompute:.1f}%"
+            f"{format_bytes(self.predicted)}, recompute +{100 * self.recompute:.1f}%"
         )
+        if self.budget is not None:
+            text += f"; measured {format_bytes(self.measured)} within a budget of {format_bytes(self.budget)}"
+        return text
 
 
 def _regions(traced: TracedGraph, kept_set: solver.CheckpointSet) -> list[tuple[int, ...]]:
@@ -159,13 +185,55 @@ def _sub_jaxpr(jaxpr: Jaxpr, eqn_ids, needed_after) -> tuple[Jaxpr, list, list]:
     return Jaxpr([], inputs, outputs, eqns, effects, info), inputs, outputs
 
 
-def run_regions(traced: TracedGraph, regions, params: Any, x: Any):
-    """Evaluate ``traced.closed`` on ``(params, x)``, each region under ``jax.checkpoint``."""
+def _region_function(jaxpr: Jaxpr, ids, needed_after, saved_eqns) -> tuple[Callable, list, list]:
+    """The equations ``ids`` as a function of their inputs, returning what is read later.
+
+    The outputs of the equations in ``saved_eqns`` are named ``SAVED`` (``checkpoint_name``),
+    so that a ``jax.checkpoint`` with the policy ``save_only_these_names(SAVED)`` keeps them
+    for the backward instead of recomputing them. Each such equation runs as a piece of its
+    own, between pieces of the other equations.
+    """
+    sub, inputs, outputs = _sub_jaxpr(jaxpr, ids, needed_after)
+    if not saved_eqns.intersection(ids):
+        return jaxpr_as_fun(ClosedJaxpr(sub, [])), inputs, outputs
+    chunks: list[list[int]] = [[]]
+    for i in ids:
+        if i in saved_eqns:
+            chunks += [[i], []]
+        else:
+            chunks[-1].append(i)
+    chunks = [chunk for chunk in chunks if chunk]
+    pieces = []
+    for k, chunk in enumerate(chunks):
+        later = set(outputs).union(*(
+            (v for v in jaxpr.eqns[i].invars if not isinstance(v, Literal))
+            for rest in chunks[k + 1:] for i in rest))
+        piece, piece_in, piece_out = _sub_jaxpr(jaxpr, chunk, later)
+        pieces.append((jaxpr_as_fun(ClosedJaxpr(piece, [])), piece_in, piece_out, chunk[0] in saved_eqns))
+
+    def run(*args):
+        env = dict(zip(inputs, args))
+        for fun, piece_in, piece_out, named in pieces:
+            values = fun(*(env[v] for v in piece_in))
+            env.update(zip(piece_out, [checkpoint_name(v, SAVED) for v in values] if named else values))
+        return [env[v] for v in outputs]
+
+    return run, inputs, outputs
+
+
+def run_regions(traced: TracedGraph, plan: GraphPlan, params: Any, x: Any):
+    """Evaluate ``traced.closed`` on ``(params, x)`` as ``plan`` says: region ``k`` under
+    ``jax.checkpoint`` when ``plan.checkpointed[k]``, keeping the values of ``plan.saved``
+    (no regions: the plain function)."""
     jaxpr = traced.closed.jaxpr
+    if not plan.regions:
+        outs = jaxpr_as_fun(traced.closed)(*jax.tree.leaves(params), *jax.tree.leaves(x))
+        return jax.tree.unflatten(traced.out_tree, outs)
     env = dict(zip(jaxpr.constvars, traced.closed.consts))
     env.update(zip(jaxpr.invars, jax.tree.leaves(params) + jax.tree.leaves(x)))
-    equations = [tuple(sorted(i for v in region for i in traced.members[v])) for region in regions]
-    blocks = [(False, traced.param_side)] + [(True, ids) for ids in equations]
+    equations = [tuple(sorted(i for v in region for i in traced.members[v])) for region in plan.regions]
+    saved_eqns = {i for v in plan.saved for i in traced.members[v]}
+    blocks = [(False, traced.param_side)] + list(zip(plan.checkpointed, equations))
     owner = {i: k for k, (_, ids) in enumerate(blocks) for i in ids}
     read_by = {k: set() for k in range(len(blocks))}
     for i, eqn in enumerate(jaxpr.eqns):
@@ -173,29 +241,40 @@ def run_regions(traced: TracedGraph, regions, params: Any, x: Any):
             if not isinstance(v, Literal):
                 read_by[owner[i]].add(v)
     final = {v for v in jaxpr.outvars if not isinstance(v, Literal)}
+    policy = jax.checkpoint_policies.save_only_these_names(SAVED)
     for k, (remat, ids) in enumerate(blocks):
         if not ids:
             continue
         later = set().union(final, *(read_by[m] for m in range(len(blocks)) if m != k))
-        sub, inputs, outputs = _sub_jaxpr(jaxpr, ids, later)
-        run = jaxpr_as_fun(ClosedJaxpr(sub, []))
+        run, inputs, outputs = _region_function(jaxpr, ids, later, saved_eqns if remat else set())
         if remat:
-            run = jax.checkpoint(run, prevent_cse=True)
+            run = jax.checkpoint(run, prevent_cse=True, policy=policy if plan.saved else None)
         env.update(zip(outputs, run(*(env[v] for v in inputs))))
     outs = [v.val if isinstance(v, Literal) else env[v] for v in jaxpr.outvars]
     return jax.tree.unflatten(traced.out_tree, outs)
 
 
+def _scalar(out: Any) -> jax.Array:
+    """The sum of the floating-point leaves of ``out`` (real parts): a loss to measure with."""
+    leaves = [jnp.sum(jnp.real(leaf)) for leaf in jax.tree.leaves(out)
+              if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
+    return sum(leaves, jnp.zeros((), jnp.float32))
+
+
 class RematGraph:
     """``fn`` run with Feng & Huang's checkpoints. Create it with :func:`remat_graph`."""
 
-    def __init__(self, fn: Callable, max_vertices: int) -> None:
+    def __init__(self, fn: Callable, budget: int | str | None, max_vertices: int,
+                 time_limit: float | None) -> None:
         self.fn = fn
+        self.budget = None if budget is None else check_budget(budget)
         self.max_vertices = max_vertices
+        self.time_limit = time_limit
         self._cache: dict[Any, tuple[TracedGraph, GraphPlan]] = {}
 
     def __repr__(self) -> str:
-        return f"RematGraph({getattr(self.fn, '__name__', self.fn)!r}, max_vertices={self.max_vertices})"
+        name = getattr(self.fn, "__name__", self.fn)
+        return f"RematGraph({name!r}, budget={self.budget!r}, max_vertices={self.max_vertices})"
 
     def _planned(self, params: Any, x: Any) -> tuple[TracedGraph, GraphPlan]:
         batch = vmap_batch_size(x)
@@ -203,13 +282,38 @@ class RematGraph:
         key = (signature(abstract_params), signature(abstract_x), batch)
         if key not in self._cache:
             traced = trace_graph(self.fn, abstract_params, abstract_x, max_vertices=self.max_vertices)
-            graph = traced.graph
-            found = solver.checkpoint_search(graph)
-            forward = float(graph.costs.sum())
-            plan = GraphPlan(graph, found, tuple(_regions(traced, found)), found.peak * batch,
-                             found.recompute / forward if forward else 0.0)
-            self._cache[key] = (traced, plan)
+            self._cache[key] = (traced, self._plan(traced, abstract_params, abstract_x, batch))
         return self._cache[key]
+
+    def _plan(self, traced: TracedGraph, params: Any, x: Any, batch: int) -> GraphPlan:
+        graph = traced.graph
+        least = solver.checkpoint_search(graph)
+        forward = float(graph.costs.sum())
+
+        def plan_of(found: solver.CheckpointSet, **measured) -> GraphPlan:
+            regions = tuple(_regions(traced, found)) if found.segments else ()
+            kept = set(found.checkpoints)
+            checkpointed = tuple(self.budget is None or not kept.issuperset(region) for region in regions)
+            saved = frozenset() if self.budget is None else frozenset(
+                v for region, remat in zip(regions, checkpointed) if remat for v in region if v in kept)
+            return GraphPlan(graph, found, regions, checkpointed, saved, found.peak * batch,
+                             found.recompute / forward if forward else 0.0, **measured)
+
+        if self.budget is None:
+            return plan_of(least)
+
+        def measure(plan: GraphPlan) -> int:  # the whole batch's bytes: memory grows with the batch
+            loss = lambda p, x: _scalar(run_regions(traced, plan, p, x))  # noqa: E731
+            return batch * activation_memory(loss, params, x)
+
+        inner = [v for v in graph.topological_order if v not in (SOURCE, TARGET)]
+        everything = memory_of(graph, list(range(1, len(graph) - 1)))[0]
+        keep_all = solver.CheckpointSet(tuple(inner), (), everything, 0.0)
+        plain = measure(plan_of(keep_all))
+        budget = resolve_budget(self.budget, plain)
+        found, measured = fit_budget(graph, least, measure(plan_of(least)), plain, budget,
+                                     lambda found: measure(plan_of(found)), time_limit=self.time_limit)
+        return plan_of(keep_all if found is None else found, budget=budget, measured=int(measured))
 
     def plan(self, params: Any, x: Any) -> GraphPlan:
         """The plan used for inputs shaped like ``(params, x)``."""
@@ -217,26 +321,43 @@ class RematGraph:
 
     def __call__(self, params: Any, x: Any):
         traced, plan = self._planned(params, x)
-        return run_regions(traced, plan.regions, params, x)
+        return run_regions(traced, plan, params, x)
 
 
-def remat_graph(fn: Callable, *, max_vertices: int = 1000) -> RematGraph:
+def remat_graph(
+    fn: Callable,
+    budget: int | float | str | None = None,
+    *,
+    max_vertices: int = 1000,
+    time_limit: float | None = 30.0,
+) -> RematGraph:
     """Rematerialize ``fn(params, x)`` with Feng & Huang's optimal gradient checkpoints.
 
     Args:
       fn: a function of a parameter pytree and an input pytree; any JAX code (branches,
         residual connections, concatenations: the dataflow graph need not be a chain).
+      budget: ``None`` for the checkpoints of least memory in Feng & Huang's model.
+        Otherwise the bound on *measured* memory: bytes, a string such as ``"512MiB"``,
+        or a share of the plain function's measured memory such as ``"40%"``. The plan is
+        then the set of least recompute found whose :func:`jaxremat.activation_memory`
+        (of the sum of ``fn``'s outputs, parameters and their gradients excluded) fits
+        (:mod:`jaxremat.graph_budget`). Under ``jax.vmap`` it means the whole batch.
       max_vertices: refuse functions with more top-level operations on ``x`` than this.
+      time_limit: with a budget, seconds allowed to the (at most 6) budgeted searches
+        together; one that runs out returns the best set it found. ``None``: no limit.
+        Planning happens once per input signature, when ``g`` is first traced.
 
     Returns:
       A :class:`RematGraph`; ``g(params, x)`` equals ``fn(params, x)`` and so do its
       gradients (under ``jit``, ``grad``, ``vmap``); ``g.plan(params, x)`` returns the
-      :class:`GraphPlan`. The checkpoints are those of least memory in Feng & Huang's
-      model; there is no budget (module docstring).
+      :class:`GraphPlan`.
 
     Raises (when first traced): ``ValueError`` when nothing depends on ``x`` or the graph
-    has more than ``max_vertices`` operations.
+    has more than ``max_vertices`` operations; ``solver.InfeasibleBudget`` (a
+    ``ValueError``) when even the least-memory checkpoints measure more than the budget,
+    with that smallest budget in ``min_budget`` and in the message. At construction:
+    ``ValueError`` for a malformed budget.
     """
     if not callable(fn):
         raise TypeError(f"remat_graph expects a function fn(params, x), got {type(fn).__name__}.")
-    return RematGraph(fn, max_vertices)
+    return RematGraph(fn, budget, max_vertices, time_limit)

@@ -86,7 +86,8 @@ _METHOD = "checkpoint_search"
 
 
 def checkpoint_search(
-    graph: Graph, *, budget: float | None = None, time_limit: float | None = None
+    graph: Graph, *, budget: float | None = None, time_limit: float | None = None,
+    gap: float = 0.0,
 ) -> CheckpointSet:
     """Feng & Huang's optimal gradient checkpoints of ``graph`` (module docstring).
 
@@ -98,6 +99,9 @@ def checkpoint_search(
         runs to the end). When they run out, the best set found so far is returned (it fits
         the budget but may not have the least recompute) and a ``RuntimeWarning`` says so.
         Default: no limit.
+      gap: relative optimality gap of the budgeted search, in ``[0, 1)``: it stops once no
+        set can have less than ``(1 - gap)`` times the recompute of the best set found, so
+        the result's recompute is at most ``least / (1 - gap)``. Default 0: exact.
 
     Returns:
       A :class:`~solver.checkpoint_set.CheckpointSet`: ``checkpoints`` the kept vertex names
@@ -121,10 +125,13 @@ def checkpoint_search(
         budget = float(budget)
         if not math.isfinite(budget) or budget < 0:
             raise ValueError(f"budget must be a finite non-negative number of bytes, got {budget!r}.")
+        if not 0.0 <= gap < 1.0:
+            raise ValueError(f"gap must be a relative gap in [0, 1), such as 0.01; got {gap!r}.")
         if mem > budget + search.eps:
             raise InfeasibleBudget(budget, mem, _METHOD, units="bytes")
         deadline = np.inf if time_limit is None else time.monotonic() + float(time_limit)
-        mem, rc, kept = search.least_recompute(budget, incumbent=(mem, rc, kept), deadline=deadline)
+        mem, rc, kept = search.least_recompute(budget, incumbent=(mem, rc, kept), deadline=deadline,
+                                               gap=gap)
     return search.result(kept)
 
 
@@ -216,8 +223,11 @@ class _Search:
                     best = (mem, rc, sorted(kept))
         return best
 
-    def least_recompute(self, budget: float, incumbent, deadline: float = np.inf):
+    def least_recompute(self, budget: float, incumbent, deadline: float = np.inf, gap: float = 0.0):
         """Best-first branch and bound over max-term intervals ``[lo, hi]`` (module docstring).
+
+        The heap's least ``lb`` bounds every set not yet excluded, so stopping once it
+        reaches ``(1 - gap)`` times the best recompute found leaves that set within ``gap``.
 
         Each heap entry is ``(lb, lo, hi, step)``: no set that fits the budget, has its largest
         segment in ``[lo, hi]`` and recompute below ``lb`` exists. An evaluation looks for the
@@ -238,7 +248,7 @@ class _Search:
         heap = [(0.0, 0.0, math.floor(budget) if self.integral else budget, 0.01)]
         while heap:
             lb, lo, hi, step = heapq.heappop(heap)
-            stop = best[1] * (1 - 1e-12) if best[1] > 0 else -np.inf
+            stop = best[1] * (1 - max(gap, 1e-12)) if best[1] > 0 else -np.inf
             if lb >= stop:
                 break
             ctx.rc_limit, ctx.seg_limit, ctx.size_limit = stop, hi + self.eps, budget - lo + self.eps

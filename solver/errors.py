@@ -20,14 +20,17 @@ class InfeasibleBudget(ValueError):
 
     Attributes:
       budget: the budget that was asked for.
-      min_budget: the smallest budget for which the method finds a schedule.
+      min_budget: the smallest budget for which the method finds a schedule (with
+        ``exact=False``: the smallest one known to work, which a search did not prove least).
       method: the solver method.
     """
 
-    def __init__(self, budget: float, min_budget: float, method: str, units: str = "") -> None:
+    def __init__(self, budget: float, min_budget: float, method: str, units: str = "",
+                 exact: bool = True) -> None:
         self.budget = budget
         self.min_budget = min_budget
         self.method = method
+        self.exact = exact
         if units == "bytes":
             need = f"{min_budget:.0f} bytes ({format_bytes(min_budget)})"
             have = f"{budget:.0f} bytes ({format_bytes(budget)})"
@@ -35,5 +38,5 @@ class InfeasibleBudget(ValueError):
             need, have = f"{min_budget:.6g}", f"{budget:.6g}"
         super().__init__(
             f"No {method!r} schedule fits a budget of {have}; the smallest budget that works "
-            f"is {need}. Raise the budget to at least that, or choose another method."
+            f"{'is' if exact else 'among those tried is'} {need}. Raise the budget to at least that, or choose another method."
         )

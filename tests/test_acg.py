@@ -339,6 +339,19 @@ def test_time_limit_returns_a_fitting_set():
     assert exact.recompute <= quick.recompute
 
 
+@settings(max_examples=30, deadline=None)
+@given(family_graphs(), st.floats(0.0, 1.0), st.sampled_from([0.05, 0.2, 0.5]))
+def test_budget_gap_bounds_the_recompute(graph, where, gap):
+    table = brute_all(graph)
+    least = min(mem for _, mem, _ in table)
+    budget = least + where * (float(graph.sizes[1:-1].sum()) - least)
+    result = checkpoint_search(graph, budget=budget, gap=gap)
+    mem, rc = _check_result(graph, result)
+    optimum = min(r for _, m, r in table if m <= budget + 1e-9)
+    assert mem <= budget + 1e-9
+    assert optimum - 1e-9 <= rc <= optimum / (1 - gap) + 1e-9
+
+
 def test_large_budget_keeps_everything():
     g = Graph.chain([3, 4, 5, 6, 7], [0, 1, 1, 1, 1])
     result = checkpoint_search(g, budget=1e9)
@@ -350,6 +363,8 @@ def test_invalid_arguments():
         checkpoint_search([1, 2, 3])
     with pytest.raises(ValueError, match="budget"):
         checkpoint_search(Graph.chain([1, 2, 3]), budget=-1)
+    with pytest.raises(ValueError, match="gap"):
+        checkpoint_search(Graph.chain([1, 2, 3]), budget=10, gap=1.0)
 
 
 # --------------------------------------------------------------------------- linear graphs

@@ -96,3 +96,11 @@ def test_inception_graph(capsys):
     plan = result["graph_plan"]
     assert plan.recompute > 0 and len(plan.regions) > 1
     assert "jaxremat plan: GraphPlan" in capsys.readouterr().out
+
+
+def test_inception_graph_budget():
+    result = load("inception_graph").main(["--steps", "8", "--budget", "60%"])
+    plan = result["graph_plan"]
+    assert plan.measured <= plan.budget
+    assert result["remat_memory"] < 0.75 * result["plain_memory"]
+    assert result["losses"][-1] < result["losses"][0]

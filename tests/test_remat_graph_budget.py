@@ -1,0 +1,108 @@
+"""``remat_graph(fn, budget)``: the budget bounds measured memory (``activation_memory``).
+
+Memory is in units of one activation ``A`` of the models in ``test_remat_graph.py``.
+"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import solver
+from jaxremat import activation_memory, remat_graph
+from test_remat_graph import MLP, MODELS, X, A, assert_regions_valid, assert_same, residual_mlp
+
+
+def _memories(fn, params):
+    return activation_memory(fn, params, X), activation_memory(remat_graph(fn), params, X)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_budget_bounds_measured_memory(name):
+    fn, params = MODELS[name]
+    plain, least = _memories(fn, params)
+    least_plan = remat_graph(fn).plan(params, X)
+    recompute = []
+    for budget in (least, (least + plain) // 2, plain - A):
+        g = remat_graph(fn, budget)
+        plan = g.plan(params, X)
+        measured = activation_memory(g, params, X)
+        assert measured == plan.measured <= budget == plan.budget
+        assert plan.recompute <= least_plan.recompute  # the least-memory set is a candidate
+        assert_same(fn, g, params, X)
+        assert_regions_valid(plan)
+        recompute.append(plan.recompute)
+    assert recompute[-1] < recompute[0]  # memory buys time
+
+
+def _flops(fn, params):
+    return jax.jit(jax.grad(fn)).lower(params, X).cost_analysis()["flops"]
+
+
+def test_kept_values_are_not_recomputed():
+    # With a budget the kept vertices are saved (or run outside any checkpoint), so the
+    # flops follow the plan's recompute. Checkpointing every region instead, as the
+    # least-memory plan does, recomputes them: 1.29x the plain flops at this budget.
+    plain = activation_memory(residual_mlp, MLP, X)
+    g = remat_graph(residual_mlp, int(0.9 * plain))
+    plan = g.plan(MLP, X)
+    assert plan.saved or not all(plan.checkpointed)
+    assert plan.recompute < 0.01
+    assert _flops(g, MLP) <= 1.01 * _flops(residual_mlp, MLP)
+
+
+def test_least_model_memory_is_not_least_measured():
+    # The least-memory set of the model measures 16 A; probing the sets just above it finds
+    # one of 14 A with less recompute, so a budget under 16 A is met.
+    plain, least = _memories(residual_mlp, MLP)
+    assert least == 16 * A
+    plan = remat_graph(residual_mlp, least - 1).plan(MLP, X)
+    assert plan.measured == 14 * A
+    assert plan.recompute < remat_graph(residual_mlp).plan(MLP, X).recompute
+
+
+def test_plain_function_when_it_fits():
+    fn, params = MODELS["inception"]
+    plain = activation_memory(fn, params, X)
+    g = remat_graph(fn, plain)
+    plan = g.plan(params, X)
+    assert plan.regions == () and plan.recompute == 0 and plan.measured == plain
+    assert activation_memory(g, params, X) == plain
+    assert_same(fn, g, params, X)
+    assert "within a budget of" in str(plan)
+
+
+def test_infeasible_budget_names_a_budget_that_works():
+    g = remat_graph(residual_mlp, 2 * A)
+    with pytest.raises(solver.InfeasibleBudget, match="among those tried is") as error:
+        g.plan(MLP, X)
+    assert not g._cache  # nothing half-planned is kept
+    with pytest.raises(solver.InfeasibleBudget):
+        g.plan(MLP, X)
+    smallest = error.value.min_budget
+    assert 2 * A < smallest <= 14 * A
+    plan = remat_graph(residual_mlp, smallest).plan(MLP, X)
+    assert plan.measured <= smallest
+
+
+def test_share_of_plain_memory():
+    plain = activation_memory(residual_mlp, MLP, X)
+    plan = remat_graph(residual_mlp, "60%").plan(MLP, X)
+    assert plan.budget == int(0.6 * plain) and plan.measured <= plan.budget
+
+
+def test_budget_means_the_whole_batch_under_vmap():
+    xs = jnp.stack([X, 2 * X, -X])
+    budget = 3 * 30 * A
+    g = remat_graph(residual_mlp, budget)
+    batched = lambda f: lambda p, xs: jnp.sum(jax.vmap(f, in_axes=(None, 0))(p, xs))  # noqa: E731
+    measured = activation_memory(batched(g), MLP, xs)
+    (_, plan), = g._cache.values()
+    assert plan.budget == budget and plan.measured <= budget
+    assert measured <= budget < activation_memory(batched(residual_mlp), MLP, xs)
+    assert_same(residual_mlp, g, MLP, xs, transform=lambda f: jax.jit(jax.vmap(f, in_axes=(None, 0))))
+
+
+@pytest.mark.parametrize("budget", [0, -5, "lots", float("nan")])
+def test_malformed_budget(budget):
+    with pytest.raises(ValueError):
+        remat_graph(residual_mlp, budget)
