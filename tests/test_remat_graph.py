@@ -243,7 +243,12 @@ step = jax.jit(jax.value_and_grad(g))
 loss, grads = step(params, xs)
 loss0, grads0 = jax.value_and_grad(fn)(params, x)
 gap = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads0)))
-print(len(jax.devices()), float(loss), float(loss0), gap, len(g.plan(params, x).regions))
+budgeted = remat_graph(fn, "75%")
+loss1, grads1 = jax.jit(jax.value_and_grad(budgeted))(params, xs)
+gap1 = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(grads1), jax.tree.leaves(grads0)))
+plan = budgeted.plan(params, x)
+print(len(jax.devices()), float(loss), float(loss0), max(gap, gap1), len(g.plan(params, x).regions),
+      float(loss1), int(plan.measured <= plan.budget))
 """
 
 
@@ -253,7 +258,8 @@ def test_sharded_batch_equals_unsharded():
     done = subprocess.run([sys.executable, "-c", _SHARDED], capture_output=True, text=True,
                           timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    devices, loss, loss0, gap, regions = done.stdout.split()
-    assert int(devices) == 4 and int(regions) > 1
+    devices, loss, loss0, gap, regions, loss1, fits = done.stdout.split()
+    assert int(devices) == 4 and int(regions) > 1 and fits == "1"
     assert abs(float(loss) - float(loss0)) <= 1e-5 * abs(float(loss0))
+    assert abs(float(loss1) - float(loss0)) <= 1e-5 * abs(float(loss0))
     assert float(gap) < 1e-5
