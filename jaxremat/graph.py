@@ -26,6 +26,7 @@ import math
 from typing import Any, Callable, Mapping
 
 import jax
+import jax.numpy as jnp
 from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 
 import solver
@@ -97,8 +98,11 @@ class TracedGraph:
       out_tree: the pytree structure of ``fn``'s result.
       graph: the :class:`solver.Graph`; vertex ``i`` (an int) is the group of equations
         that starts with equation ``i``.
-      members: the equations of each vertex, in program order.
-      param_side: indices of the equations that do not depend on ``x``, in program order.
+      members: the equations each vertex runs, in program order: its group, then the
+        forward-only equations (no gradient flows through them) whose last input on ``x``
+        it produces.
+      param_side: the equations that run first, outside any checkpoint, in program order:
+        those that do not depend on ``x``, and forward-only ones reading only ``x``.
     """
 
     closed: ClosedJaxpr
@@ -127,6 +131,12 @@ def trace_graph(fn: Callable, params: Any, x: Any, *, max_vertices: int = 1000) 
     (bias adds, activations, casts, scalings) joins that equation's vertex, so that a
     ``conv -> add bias -> relu`` is one vertex whose size is its output's. Matmuls,
     convolutions, calls, reductions and reshapes start a vertex of their own.
+
+    Equations no gradient flows through (a BatchNorm's running statistics, returned through
+    ``stop_gradient``; counters) are not vertices: they need no backward, and as extra
+    results they would tie the graph into one large complex division. Each runs with the
+    vertex that produces its last input on ``x``; an edge from its other inputs' vertices
+    keeps the order.
     """
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(params, x)
     jaxpr = closed.jaxpr
@@ -149,10 +159,19 @@ def trace_graph(fn: Callable, params: Any, x: Any, *, max_vertices: int = 1000) 
         for var in eqn.outvars:
             producer[var] = i
     outputs = {v for v in jaxpr.outvars if isinstance(v, Var)}
+    live = _gradient_live(jaxpr, depends, producer)
     vertex_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}
+    tails: dict[Any, list[int]] = {}
+    edges: set[tuple[Any, Any]] = set()
     for i, inputs in enumerate(on_x):
         if not depends[i]:
+            continue
+        if not live[i]:  # forward only: runs with the vertex of its last input on x
+            owners = [SOURCE if var in x_vars else vertex_of[producer[var]] for var in inputs]
+            vertex_of[i] = max(owners, key=lambda u: -1 if u == SOURCE else u)  # u: its first equation
+            tails.setdefault(vertex_of[i], []).append(i)
+            edges.update((u, vertex_of[i]) for u in owners if u not in (SOURCE, vertex_of[i]))
             continue
         v = inputs[0] if len(inputs) == 1 else None
         if (v is not None and v not in x_vars and readers[v] == 1 and v not in outputs
@@ -171,13 +190,14 @@ def trace_graph(fn: Callable, params: Any, x: Any, *, max_vertices: int = 1000) 
             f"{max_vertices}. Raise max_vertices (the search may take long), or group the "
             f"model into layers and use jaxremat.remat_sequence."
         )
-    edges: set[tuple[Any, Any]] = set()
     for i, vertex in vertex_of.items():
+        if not live[i]:
+            continue
         for var in on_x[i]:
             u = SOURCE if var in x_vars else vertex_of[producer[var]]
             if u != vertex:
                 edges.add((u, vertex))
-    results = {vertex_of[producer[v]] for v in outputs if v in producer and depends[producer[v]]}
+    results = {vertex_of[producer[v]] for v in outputs if v in producer and live[producer[v]]}
     if not results:
         raise ValueError("remat_graph: no result of fn depends on x; there is no backward to plan.")
     read = {u for u, _ in edges}
@@ -191,9 +211,25 @@ def trace_graph(fn: Callable, params: Any, x: Any, *, max_vertices: int = 1000) 
     sizes[TARGET] = 0.0
     costs[TARGET] = 0.0
     graph = solver.Graph.from_edges(sorted(edges, key=_edge_key), sizes, costs)
-    param_side = tuple(i for i, d in enumerate(depends) if not d)
-    return TracedGraph(closed, jax.tree.structure(out_shape), graph,
-                       {k: tuple(v) for k, v in members.items()}, param_side)
+    param_side = tuple(sorted([i for i, d in enumerate(depends) if not d] + tails.pop(SOURCE, [])))
+    run = {k: tuple(sorted(v + tails.get(k, []))) for k, v in members.items()}
+    return TracedGraph(closed, jax.tree.structure(out_shape), graph, run, param_side)
+
+
+def _gradient_live(jaxpr: Jaxpr, depends: list[bool], producer: dict[Var, int]) -> list[bool]:
+    """Per equation: whether a gradient flows through it, i.e. it depends on ``x`` and some
+    output of it reaches a floating-point result of the function other than through
+    ``stop_gradient``. The others (running statistics, counters) are forward only."""
+    wanted = {v for v in jaxpr.outvars if isinstance(v, Var) and v in producer
+              and jaxpr.eqns[producer[v]].primitive.name != "stop_gradient"
+              and jnp.issubdtype(v.aval.dtype, jnp.inexact)}
+    live = [False] * len(jaxpr.eqns)
+    for i in range(len(jaxpr.eqns) - 1, -1, -1):
+        eqn = jaxpr.eqns[i]
+        if depends[i] and eqn.primitive.name != "stop_gradient" and any(v in wanted for v in eqn.outvars):
+            live[i] = True
+            wanted.update(v for v in eqn.invars if isinstance(v, Var))
+    return live
 
 
 def _edge_key(edge):

@@ -302,9 +302,17 @@ class RematGraph:
         if self.budget is None:
             return plan_of(least)
 
+        leaves, treedef = jax.tree.flatten(params)
+        inexact = [jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in leaves]
+        floats = [leaf for leaf, f in zip(leaves, inexact) if f]
+        others = [leaf for leaf, f in zip(leaves, inexact) if not f]  # counters, keys: no gradient
+
         def measure(plan: GraphPlan) -> int:  # the whole batch's bytes: memory grows with the batch
-            loss = lambda p, x: _scalar(run_regions(traced, plan, p, x))  # noqa: E731
-            return batch * activation_memory(loss, params, x)
+            def loss(floats, others, x):
+                parts = (iter(floats), iter(others))
+                p = treedef.unflatten([next(parts[0] if f else parts[1]) for f in inexact])
+                return _scalar(run_regions(traced, plan, p, x))
+            return batch * activation_memory(loss, floats, others, x)
 
         inner = [v for v in graph.topological_order if v not in (SOURCE, TARGET)]
         everything = memory_of(graph, list(range(1, len(graph) - 1)))[0]

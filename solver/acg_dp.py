@@ -62,6 +62,7 @@ from .graph_model import segment_masks
 __all__ = ["Context", "TimeLimit", "evaluate", "COMPLEX_LIMIT"]
 
 COMPLEX_LIMIT = 12
+_MASK_BITS = 63  # local vertex masks of a complex division are int64
 CACHE_DEPTH = 16  # cached results per node and set of states
 
 STATES = ("cc", "oc", "co", "sp", "jn", "fr")
@@ -360,6 +361,12 @@ def _complex_table(node: Complex, ctx: Context) -> dict[str, dict[str, np.ndarra
     inner = list(node.inner)
     k = len(inner)
     n = k + 2
+    if n > _MASK_BITS:
+        raise ValueError(
+            f"checkpoint_search: a complex division (a part of the graph that is not series-"
+            f"parallel) has {k} inner vertices; at most {_MASK_BITS - 2} are supported (its "
+            f"subsets are 64-bit masks). Group operations into fewer vertices, or give the "
+            f"graph more articulation points (vertices every path passes through).")
     local = {v: i for i, v in enumerate([node.u, *inner, node.w])}
     undirected = np.zeros(n, dtype=np.int64)
     successors = np.zeros(n, dtype=np.int64)

@@ -406,6 +406,18 @@ def test_large_complex_block_is_consistent():
     assert result.peak <= g.sizes[1:-1].sum()
 
 
+def test_too_large_complex_block_is_refused():
+    # 61 inner vertices do not fit the 64-bit subset masks: a clear error, not an overflow.
+    b = _Builder()
+    feats = [b.new(0)]
+    for _ in range(61):
+        feats.append(b.new(*feats[-3:]))
+    b.new(b.new(*feats[-3:]), feats[1])
+    g = Graph.from_edges(b.edges, [1.0] * b.n)
+    with pytest.raises(ValueError, match="at most 61 are supported"):
+        checkpoint_search(g)
+
+
 # --------------------------------------------------------------------------- simulator
 @settings(max_examples=60, deadline=None)
 @given(family_graphs())

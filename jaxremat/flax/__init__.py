@@ -1,4 +1,4 @@
-"""Flax integration: rematerialize sequences of Flax modules under a memory budget.
+"""Flax integration: rematerialize Flax modules under a memory budget.
 
 NNX (first class; :mod:`jaxremat.flax.nnx`):
 
@@ -6,6 +6,8 @@ NNX (first class; :mod:`jaxremat.flax.nnx`):
 * :func:`remat_blocks` -- class decorator adding ``self.run_blocks(x)`` for a model whose
   blocks live in a list attribute.
 * :func:`run_modules` / :func:`plan_modules` -- the functional forms.
+* :class:`RematModule` -- any module (branches, concatenations, residuals) run with
+  :func:`jaxremat.remat_graph`'s checkpoints (:mod:`jaxremat.flax.graph`).
 
 Linen (:mod:`jaxremat.flax.linen`): ``jaxremat.flax.linen.RematSequential(layers=...,
 budget=...)``, built on the lifted ``nn.remat``.
@@ -13,9 +15,10 @@ budget=...)``, built on the lifted ``nn.remat``.
 Importing ``jaxremat`` does not import Flax; importing ``jaxremat.flax`` does.
 """
 
+from .graph import RematModule
 from .nnx import RematSequential, plan_modules, remat_blocks, run_modules
 
-__all__ = ["RematSequential", "remat_blocks", "run_modules", "plan_modules", "linen", "nnx"]
+__all__ = ["RematModule", "RematSequential", "remat_blocks", "run_modules", "plan_modules", "linen", "nnx"]
 
 
 def __getattr__(name: str):
