@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
 import warnings
@@ -115,7 +116,8 @@ def main() -> None:
                     budgeted = checkpoint_search(graph, budget=budget, time_limit=args.time_limit,
                                                  gap=args.gap)
                 seconds = time.perf_counter() - start
-                note = ("time limit hit: best found" if caught else
+                proven = re.search(r"within ([^ ]+%)", str(caught[0].message)) if caught else None
+                note = (f"time limit hit: best found, within {proven.group(1) if proven else '?'}" if caught else
                         f"within {100 * args.gap:g}% of the least" if args.gap else "exact")
                 print(f"{'  budget':<13} {'':>4} {seconds:>8.2f} {'':>10} {'':>10} "
                       f"{format_bytes(budgeted.peak + ends):>10} "
