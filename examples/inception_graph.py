@@ -1,14 +1,15 @@
-"""Train a Flax NNX network with inception-style branches using ``jaxremat.remat_graph``.
+"""Train a Flax NNX network with inception-style branches using ``jaxremat.flax.RematModule``.
 
-The blocks are not a chain of layers: each runs three convolution branches in parallel
-and concatenates them, plus a residual connection. ``remat_graph`` plans on the dataflow
-graph of the whole forward pass (Feng & Huang's least-memory checkpoints) and runs every
-rebuilt segment under its own ``jax.checkpoint``. The model is used functionally
-(``nnx.split`` / ``nnx.merge``) inside a plain ``optax`` training step under ``jax.jit``,
-on a synthetic classification task; the script prints the plan, the activation memory with
-and without remat (program order, ``jaxremat.activation_memory``) and the loss.
+The blocks are not a chain of layers: each runs three convolution branches in parallel,
+concatenates them, projects and normalises (BatchNorm), plus a residual connection.
+``RematModule`` wraps the whole network: ``jaxremat.remat_graph`` plans on the dataflow graph
+of its forward pass (Feng & Huang's checkpoints) and runs every rebuilt segment under its own
+``jax.checkpoint``; BatchNorm statistics are updated once per step, as without remat. The
+model trains with ``nnx.Optimizer`` (``optax.adamw``) under ``nnx.jit`` on a synthetic
+classification task; the script prints the plan, the activation memory with and without
+remat (program order, ``jaxremat.activation_memory``) and the loss.
 
-    python examples/inception_graph.py                 # small, < 1 minute on a CPU
+    python examples/inception_graph.py                 # least memory, < 1 minute on a CPU
     python examples/inception_graph.py --budget 60%    # least recompute within 60% of the memory
     python examples/inception_graph.py --large         # GPU size
 """
@@ -24,10 +25,11 @@ import optax
 from flax import nnx
 
 import jaxremat
+from jaxremat.flax import RematModule
 
 
 class InceptionBlock(nnx.Module):
-    """x + proj(concat(conv1x1(x), conv3x3(conv1x1(x)), conv5x5(x))), with ReLUs."""
+    """x + norm(proj(concat(conv1x1(x), conv3x3(conv1x1(x)), conv5x5(x)))), with ReLUs."""
 
     def __init__(self, channels: int, *, rngs: nnx.Rngs):
         branch = channels // 2
@@ -35,13 +37,14 @@ class InceptionBlock(nnx.Module):
         self.b1 = nnx.Conv(channels, branch, (1, 1), rngs=rngs)
         self.b2 = nnx.Conv(branch, branch, (3, 3), rngs=rngs)
         self.c = nnx.Conv(channels, branch, (5, 5), rngs=rngs)
-        self.proj = nnx.Conv(3 * branch, channels, (1, 1), rngs=rngs)
+        self.proj = nnx.Conv(3 * branch, channels, (1, 1), use_bias=False, rngs=rngs)
+        self.norm = nnx.BatchNorm(channels, rngs=rngs)
 
     def __call__(self, x):
         a = nnx.relu(self.a(x))
         b = nnx.relu(self.b2(nnx.relu(self.b1(x))))
         c = nnx.relu(self.c(x))
-        return x + self.proj(jnp.concatenate([a, b, c], axis=-1))
+        return x + self.norm(self.proj(jnp.concatenate([a, b, c], axis=-1)))
 
 
 class InceptionNet(nnx.Module):
@@ -66,6 +69,13 @@ def synthetic_images(key: jax.Array, n: int, size: int, classes: int):
     return x, jnp.argmax(cast.reshape(n, 3) @ w, axis=-1)
 
 
+def activation_memory(model: nnx.Module, loss_fn, *args) -> int:
+    """``jaxremat.activation_memory`` of ``loss_fn(model, *args)`` over the model's parameters."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    return jaxremat.activation_memory(
+        lambda p, *a: loss_fn(nnx.merge(graphdef, p, rest, copy=True), *a), params, *args)
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
@@ -76,39 +86,28 @@ def main(argv=None) -> dict:
     channels, blocks, size, batch = (128, 8, 32, 128) if args.large else (16, 4, 16, 32)
     classes = 4
 
-    model = InceptionNet(channels, blocks, classes, rngs=nnx.Rngs(0))
-    graphdef, params = nnx.split(model, nnx.Param)
+    model = RematModule(InceptionNet(channels, blocks, classes, rngs=nnx.Rngs(0)), args.budget)
+    optimizer = nnx.Optimizer(model, optax.adamw(3e-3), wrt=nnx.Param)
 
-    def forward(params, x):
-        return nnx.merge(graphdef, params)(x)
+    def loss_fn(model, x, y):
+        return optax.softmax_cross_entropy_with_integer_labels(model(x), y).mean()
 
-    remat_forward = jaxremat.remat_graph(forward, args.budget)
-
-    def loss_fn(params, x, y, run=remat_forward):
-        logits = run(params, x)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-
-    optimizer = optax.adamw(3e-3)
-    opt_state = optimizer.init(params)
-
-    @jax.jit
-    def step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+    @nnx.jit
+    def step(model, optimizer, x, y):
+        loss, grads = nnx.value_and_grad(loss_fn)(model, x, y)
+        optimizer.update(model, grads)
+        return loss
 
     x_all, y_all = synthetic_images(jax.random.PRNGKey(1), batch * 8, size, classes)
-    plan = remat_forward.plan(params, x_all[:batch])
+    plan = model.plan(x_all[:batch])
     print(f"jaxremat plan: {plan}")
-    plain = jaxremat.activation_memory(lambda p, x, y: loss_fn(p, x, y, forward), params,
-                                       x_all[:batch], y_all[:batch])
-    remat = jaxremat.activation_memory(loss_fn, params, x_all[:batch], y_all[:batch])
+    plain, remat = (activation_memory(m, loss_fn, x_all[:batch], y_all[:batch]) for m in (model.module, model))
     print(f"activation memory: plain {jaxremat.format_bytes(plain)}, "
           f"remat_graph {jaxremat.format_bytes(remat)} ({remat / plain:.2f}x)")
     losses, start = [], time.perf_counter()
     for i in range(args.steps):
         lo = (i % 8) * batch
-        params, opt_state, loss = step(params, opt_state, x_all[lo:lo + batch], y_all[lo:lo + batch])
+        loss = step(model, optimizer, x_all[lo:lo + batch], y_all[lo:lo + batch])
         losses.append(float(loss))
         if i % 10 == 0 or i == args.steps - 1:
             print(f"step {i:3d}  loss {losses[-1]:.3f}")
