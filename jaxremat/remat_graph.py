@@ -19,15 +19,20 @@ one region at a time, which is how the model charges memory: the kept tensors pl
 largest rebuilt segment. The parameter side (equations not depending on ``x``) runs first,
 outside any checkpoint.
 
-A budget (``remat_graph(fn, budget)``) bounds *measured* memory, not the model's: the model
-charges every vertex's output as held while its segment is rebuilt, and JAX holds what the
-backward reads, which is sometimes less and sometimes more. For the least-memory sets the
-two are close (model / ``activation_memory`` = 0.57-1.31 on the models of
-``benchmarks/graph_memory.py``); for the looser sets a budget allows they drift apart
-(0.80-2.92 at 10-60% of the way from the least memory to keeping everything). So the
-budgeted search's model budget is only a knob, and each candidate set is measured with
-:func:`jaxremat.activation_memory` on the program it yields (:mod:`jaxremat.graph_budget`):
-the plan's measured memory fits the budget.
+A budget (``remat_graph(fn, budget)``) bounds *measured* memory, not the model's, and asks
+for the least recompute. Two things change:
+
+* No kept tensor is recomputed, as the model's recompute assumes: a region of kept tensors
+  only runs without ``jax.checkpoint``, and inside the other regions the kept tensors are
+  named (``checkpoint_name``) and saved by a ``save_only_these_names`` policy. (Without a
+  budget they are recomputed with their region, which costs flops the model does not count
+  but saves what their backward reads: the least-memory plan keeps that choice.)
+* The model charges every vertex's output as held while its segment is rebuilt, and JAX
+  holds what the backward reads. On ``benchmarks/graph_memory.py`` model / measured is
+  0.63-1.57 for budgeted plans. So the budgeted search's model budget is only a knob: each
+  candidate set is measured with :func:`jaxremat.activation_memory` on the program it
+  yields, and the plan is the least recompute among those that fit
+  (:mod:`jaxremat.graph_budget`).
 """
 
 from __future__ import annotations
