@@ -79,7 +79,9 @@ class GraphPlan:
         is recomputed, as the model's recompute assumes: a region of kept vertices only runs
         without ``jax.checkpoint``, and the kept vertices of the other regions are saved.
       predicted: the model's training memory of the kept set, in bytes.
-      recompute: extra flops spent rebuilding segments, as a fraction of the forward's.
+      recompute: extra flops spent rebuilding segments, as a fraction of the forward's (the
+        model's count; without a budget JAX also recomputes kept tensors with their region,
+        see ``flops x`` in ``benchmarks/graph_memory.py``: 1.16-1.27x for least memory).
       budget: the budget in bytes, or ``None`` (least memory).
       measured: with a budget, the plan's :func:`jaxremat.activation_memory` (of the sum of
         ``fn``'s outputs) in bytes, at most ``budget``; ``None`` without a budget.
