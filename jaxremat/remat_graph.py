@@ -26,13 +26,18 @@ for the least recompute. Two things change:
   only runs without ``jax.checkpoint``, and inside the other regions the kept tensors are
   named (``checkpoint_name``) and saved by a ``save_only_these_names`` policy. (Without a
   budget they are recomputed with their region, which costs flops the model does not count
-  but saves what their backward reads: the least-memory plan keeps that choice.)
+  but saves what their backward reads: the least-memory plan keeps that choice.) A name
+  reaches the outputs of a kept vertex's equations, not the residuals JAX's rules take
+  from inside a primitive (an activation's derivative reads the activation's own output),
+  so a kept matmul + activation inside a region saves the matmul's output and recomputes
+  the cheap activation from it: it holds two tensors where the model counts one.
 * The model charges every vertex's output as held while its segment is rebuilt, and JAX
   holds what the backward reads. On ``benchmarks/graph_memory.py`` model / measured is
   0.63-1.57 for budgeted plans. So the budgeted search's model budget is only a knob: each
   candidate set is measured with :func:`jaxremat.activation_memory` on the program it
   yields, and the plan is the least recompute among those that fit
-  (:mod:`jaxremat.graph_budget`).
+  (:mod:`jaxremat.graph_budget`). If none fits, the least-memory plan without a budget is
+  used when it fits: a budget that ``remat_graph(fn)`` meets is always met.
 """
 
 from __future__ import annotations
@@ -297,12 +302,13 @@ class RematGraph:
         least = solver.checkpoint_search(graph)
         forward = float(graph.costs.sum())
 
-        def plan_of(found: solver.CheckpointSet, **measured) -> GraphPlan:
+        def plan_of(found: solver.CheckpointSet, save_kept: bool = self.budget is not None,
+                    **measured) -> GraphPlan:
             regions = tuple(_regions(traced, found)) if found.segments else ()
             kept = set(found.checkpoints)
-            checkpointed = tuple(self.budget is None or not kept.issuperset(region) for region in regions)
-            saved = frozenset() if self.budget is None else frozenset(
-                v for region, remat in zip(regions, checkpointed) if remat for v in region if v in kept)
+            checkpointed = tuple(not save_kept or not kept.issuperset(region) for region in regions)
+            saved = frozenset(v for region, remat in zip(regions, checkpointed) if remat
+                              for v in region if v in kept) if save_kept else frozenset()
             return GraphPlan(graph, found, regions, checkpointed, saved, found.peak * batch,
                              found.recompute / forward if forward else 0.0, **measured)
 
@@ -326,8 +332,18 @@ class RematGraph:
         keep_all = solver.CheckpointSet(tuple(inner), (), everything, 0.0)
         plain = measure(plan_of(keep_all))
         budget = resolve_budget(self.budget, plain)
-        found, measured = fit_budget(graph, least, measure(plan_of(least)), plain, budget,
-                                     lambda found: measure(plan_of(found)), time_limit=self.time_limit)
+        try:
+            found, measured = fit_budget(graph, least, measure(plan_of(least)), plain, budget,
+                                         lambda found: measure(plan_of(found)), time_limit=self.time_limit)
+        except solver.InfeasibleBudget as error:
+            # Whatever fits without a budget fits with one: the least-memory plan, its kept
+            # tensors recomputed with their regions (less memory, more flops).
+            fallback = plan_of(least, save_kept=False)
+            lowest = measure(fallback)
+            if lowest > budget:
+                raise solver.InfeasibleBudget(budget, min(lowest, error.min_budget), "remat_graph",
+                                              units="bytes", exact=False) from None
+            return dataclasses.replace(fallback, budget=budget, measured=int(lowest))
         return plan_of(keep_all if found is None else found, budget=budget, measured=int(measured))
 
     def plan(self, params: Any, x: Any) -> GraphPlan:

@@ -6,10 +6,12 @@ Memory is in units of one activation ``A`` of the models in ``test_remat_graph.p
 import jax
 import jax.numpy as jnp
 import pytest
+from hypothesis import given, settings
 
 import solver
 from jaxremat import activation_memory, remat_graph
-from test_remat_graph import MLP, MODELS, X, A, assert_regions_valid, assert_same, residual_mlp
+from test_remat_graph import (MLP, MODELS, X, A, _random_program, assert_regions_valid, assert_same,
+                               matrix, programs, residual_mlp)
 
 
 def _memories(fn, params):
@@ -106,3 +108,23 @@ def test_budget_means_the_whole_batch_under_vmap():
 def test_malformed_budget(budget):
     with pytest.raises(ValueError):
         remat_graph(residual_mlp, budget)
+
+
+@pytest.mark.filterwarnings("ignore:checkpoint_search. a complex division")
+@settings(max_examples=6, deadline=None)
+@given(programs())
+def test_random_dags_under_a_budget(program):
+    # Saved kept values inside regions, plain regions of kept values only, side outputs and
+    # concatenations: values and gradients stay the plain function's, memory the budget's.
+    edges, side_outputs = program
+    fn = _random_program(edges, side_outputs)
+    params = [matrix(200 + k) for k in range(len(edges))]
+    plain = activation_memory(fn, params, X)
+    least = activation_memory(remat_graph(fn), params, X)
+    for budget in (least, (least + plain) // 2):  # what fits without a budget fits with one
+        g = remat_graph(fn, budget, time_limit=5.0)
+        plan = g.plan(params, X)
+        assert_same(fn, g, params, X)
+        if plan.regions:  # none when the plain function fits (least == plain on tiny programs)
+            assert_regions_valid(plan)
+        assert activation_memory(g, params, X) == plan.measured <= budget
