@@ -21,9 +21,11 @@ promise nothing about the program. Here the budget bounds the measurement instea
   ``tests/test_remat_graph_budget.py`` a looser set measures 14 activations against 16).
 
 Guarantee: the returned set's measured memory is at most the budget. Not guaranteed: that no
-other set fits with less recompute (the search is exact in the model, the bracket search is
-a heuristic over the model budget; measured memory was monotone in the model budget on every
-model we tried, so the bracket holds the boundary).
+other set fits with less recompute. Each search is within 2 % of the model's least
+recompute at its model budget (or stops at its share of the time limit), and the bisection
+is a heuristic: it assumes measured memory grows with the model budget, which held on the
+models of ``benchmarks/graph_memory.py`` for the least-memory execution, while with kept
+tensors saved it only holds roughly.
 """
 
 from __future__ import annotations
