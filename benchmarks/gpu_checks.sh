@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU checks, in parts that each fit one call on a lent GPU machine (10 minutes):
+#
+#   bash benchmarks/gpu_checks.sh env        # versions, the device, a jaxremat smoke step
+#   bash benchmarks/gpu_checks.sh memory     # jax_memory.py: gpt, conv, mlp at GPU sizes
+#   bash benchmarks/gpu_checks.sh graph      # graph_memory.py at GPU sizes
+#   bash benchmarks/gpu_checks.sh examples   # the examples with --large, measured profile
+#   bash benchmarks/gpu_checks.sh tests      # the JAX-facing tests, on the GPU
+#
+# Each part writes its log to $OUT/<part>.log (or benchmarks/gpu_logs/ when OUT is unset)
+# and runs from the repository root with the machine's own JAX (no install: the device has
+# no package index). Nothing here changes the device's settings.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-benchmarks/gpu_logs}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+# Several processes share the GPU (the benchmark's fresh-process workers): grow, don't grab.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+PY=${PYTHON:-python3}
+
+step() {  # step <seconds> <command...>: run with a time limit, say how it ended
+    local limit=$1
+    shift
+    echo "+ $*"
+    local start=$SECONDS
+    timeout "$limit" "$@"
+    echo "[exit $? after $((SECONDS - start)) s]"
+}
+
+part_env() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    $PY - <<'EOF'
+import importlib, sys
+print("python", sys.version.split()[0])
+for name in ("jax", "jaxlib", "flax", "optax", "numpy", "scipy", "numba", "hypothesis"):
+    try:
+        print(f"{name:<10} {importlib.import_module(name).__version__}")
+    except Exception as error:  # noqa: BLE001
+        print(f"{name:<10} missing ({error})")
+import jax
+print("devices", jax.devices(), "memory_stats keys", sorted(jax.devices()[0].memory_stats() or {}))
+EOF
+    step 150 $PY -m jaxremat demo
+}
+
+part_memory() {
+    local methods=rotor,every_layer,sqrt budgets=0.2,0.35,0.5,0.75,1.0
+    step 180 $PY benchmarks/jax_memory.py --model gpt --scale 64 --methods $methods --budgets $budgets
+    step 130 $PY benchmarks/jax_memory.py --model conv --scale 64 --methods $methods --budgets $budgets
+    step 120 $PY benchmarks/jax_memory.py --model mlp --scale 256 --methods $methods --budgets $budgets
+}
+
+part_graph() {
+    step 280 $PY benchmarks/graph_memory.py --models mlp,gpt --scale 64 --shares 0,0.25
+    step 200 $PY benchmarks/graph_memory.py --models conv --scale 32 --shares 0,0.25
+}
+
+part_examples() {
+    step 100 $PY examples/gpt_nnx.py --large --steps 20
+    step 100 $PY examples/resnet_nnx.py --large --steps 20
+    step 80 $PY examples/mlp_linen.py --large --steps 20
+    step 120 $PY examples/inception_graph.py --large --steps 10
+    step 150 $PY benchmarks/device_profile.py --scale 64
+}
+
+part_tests() {
+    step 400 $PY -m pytest -q -x -p no:cacheprovider tests/test_sequence.py tests/test_apply.py \
+        tests/test_profile.py tests/test_device.py tests/test_flax_nnx.py tests/test_remat_graph.py
+}
+
+for part in "${@:-env}"; do
+    echo "=== $part"
+    "part_$part" 2>&1 | tee "$OUT/$part.log"
+done
