@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import solver  # noqa: E402
 from jaxremat import activation_memory, format_bytes, remat_sequence  # noqa: E402
+from jaxremat.costs import lowered_costs  # noqa: E402
 from jaxremat.timing import median_time  # noqa: E402
 
 # ------------------------------------------------------------------------------- models
@@ -155,10 +156,7 @@ def _loss(run):
 
 
 def _flops(loss, params, x) -> float:
-    analysis = jax.jit(jax.grad(loss)).lower(params, x).cost_analysis()
-    if isinstance(analysis, (list, tuple)):
-        analysis = analysis[0]
-    return float(analysis["flops"])
+    return lowered_costs(jax.grad(loss), params, x)["flops"]
 
 
 def compiled_columns(loss, params, x, *, repeats: int = 10) -> tuple[int, int, float]:

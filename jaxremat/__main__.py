@@ -68,6 +68,7 @@ def _model_demo(plot: str | None) -> None:
     import jax.numpy as jnp
 
     import jaxremat
+    from jaxremat.costs import lowered_costs
     from solver import format_bytes
 
     layers, params, x = _gpt_like(depth=6, batch=4, seq=128, dim=128, heads=4)
@@ -89,7 +90,7 @@ def _model_demo(plot: str | None) -> None:
     # grad w.r.t. params and x, as the budget assumes the input's gradient flows back.
     measured = jaxremat.activation_memory(remat_loss, params, x)
     baseline = jaxremat.activation_memory(plain_loss, params, x)
-    flops = lambda f: jax.jit(jax.grad(f)).lower(params, x).cost_analysis()["flops"]
+    flops = lambda f: lowered_costs(jax.grad(f), params, x)["flops"]
     grads = jax.jit(jax.grad(remat_loss))(params, x)
     expected = jax.jit(jax.grad(plain_loss))(params, x)
     error = max(float(jnp.max(jnp.abs(g - e))) for g, e in

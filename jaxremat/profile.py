@@ -32,7 +32,8 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   frees its residuals while its backward runs thus gets ``bwd_tmp`` near zero, as it
   should: the simulator's ``B(i)`` peak is then what the meter sees.
 * ``fwd_time[i]`` / ``bwd_time[i]``: with ``costs="static"``, a roofline estimate from
-  ``jax.jit(...).lower(...).cost_analysis()``: ``max(flops / PEAK_FLOPS,
+  ``jax.jit(...).lower(...).cost_analysis()`` (lowered for the CPU on backends that give
+  none before compiling, e.g. GPU: :mod:`jaxremat.costs`): ``max(flops / PEAK_FLOPS,
   bytes_accessed / PEAK_BANDWIDTH)`` seconds, the backward lowered from the pullback on the
   residuals. With ``costs="measured"``, the median wall time of the jitted forward and
   backward on the default device (see :mod:`jaxremat.timing`).
@@ -71,6 +72,7 @@ import jax
 
 from solver import Chain
 
+from .costs import lowered_costs
 from .trace import trace_layer, transients
 from .trees import abstractify, check_layers, check_params, signature, tree_bytes
 
@@ -136,13 +138,10 @@ class Profile:
 
 
 def _flops_and_bytes(fn: Callable, *args: Any) -> tuple[float, float]:
-    """``cost_analysis()`` flops and bytes accessed of ``jax.jit(fn)`` lowered on ``args``."""
-    analysis = jax.jit(fn).lower(*args).cost_analysis()
-    if isinstance(analysis, (list, tuple)):  # older JAX: one dict per computation
-        analysis = analysis[0] if analysis else None
-    if not analysis:
-        return 0.0, 0.0
-    return float(analysis.get("flops", 0.0)), float(analysis.get("bytes accessed", 0.0))
+    """``cost_analysis()`` flops and bytes accessed of ``jax.jit(fn)`` lowered on ``args``
+    (for the CPU where the default backend gives none: :func:`jaxremat.costs.lowered_costs`)."""
+    analysis = lowered_costs(fn, *args)
+    return analysis["flops"], analysis.get("bytes accessed", 0.0)
 
 
 def _profile_one(

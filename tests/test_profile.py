@@ -243,3 +243,43 @@ def test_output_in_tape_says_whether_the_backward_reads_the_output():
     assert flags["dense"] == [True] * 4  # tanh's derivative reads its output
     assert flags["layernorm"] == [True, False, True, False]  # a norm keeps its statistics
     assert flags["attention"] == [False] * 3  # x + f(x): the add's backward reads nothing
+
+
+def test_costs_lowered_for_the_cpu_equal_the_default_lowering():
+    # On a GPU, Lowered.cost_analysis() is None (JAX 0.11, H100) and the static costs come
+    # from lowering the same program for the CPU: on CPU both lowerings must agree.
+    from jaxremat import costs
+
+    w = _array(9, (D_IN, D_OUT))
+    x = _array(10, (B, D_IN))
+    loss = lambda w, x: jnp.sum(jnp.tanh(linear(w, x)))  # noqa: E731
+    default = costs.lowered_costs(jax.grad(loss), w, x)
+    on_cpu = costs._as_dict(costs._on_cpu(jax.grad(loss), (w, x)))
+    assert on_cpu["flops"] == default["flops"] > 2 * B * D_IN * D_OUT
+    assert on_cpu["bytes accessed"] == default["bytes accessed"]
+
+
+def test_static_costs_fall_back_to_the_cpu_lowering(monkeypatch):
+    # What a GPU backend does: the default lowering gives no cost analysis.
+    from jax._src import stages
+
+    from jaxremat import costs
+
+    w = _array(11, (D_IN, D_OUT))
+    x = _array(12, (B, D_IN))
+    expected = profile_sequence([linear], [w], x).layers[0]
+    real = stages.Lowered.cost_analysis
+    calls = []
+
+    def gpu_like(self):
+        calls.append(self)
+        return None if len(calls) % 2 else real(self)  # default: None; CPU lowering: real
+
+    monkeypatch.setattr(stages.Lowered, "cost_analysis", gpu_like)
+    layer = profile_sequence([linear], [w], x).layers[0]
+    assert calls  # the patched analysis really ran (nothing cached)
+    assert (layer.fwd_flops, layer.bwd_flops) == (expected.fwd_flops, expected.bwd_flops)
+    assert layer.fwd_time == expected.fwd_time > 0
+    monkeypatch.setattr(stages.Lowered, "cost_analysis", lambda self: None)
+    with pytest.raises(RuntimeError, match="costs='measured'"):
+        costs.lowered_costs(linear, w, x)
