@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import solver  # noqa: E402
 from jaxremat import activation_memory, format_bytes, remat_sequence  # noqa: E402
+from jaxremat import costs  # noqa: E402
 from jaxremat.costs import lowered_costs  # noqa: E402
 from jaxremat.timing import median_time  # noqa: E402
 
@@ -227,7 +228,7 @@ def main() -> None:
     print(f"model={args.model} layers={len(layers)} x={x.shape} params={format_bytes(param_bytes)} "
           f"backend={args.backend} device={jax.devices()[0].device_kind}")
     print(f"no-remat activation memory (measured, program order): {format_bytes(full)}; "
-          f"no-remat grad flops: {base_flops:.4g}")
+          f"no-remat grad flops: {base_flops:.4g} (cost analysis: {costs.LAST_SOURCE})")
     header = (f"{'method':<12} {'budget':>6} {'budget B':>11} {'predicted':>11} {'measured':>11} "
               f"{'meas/pred':>9} {'meas/bud':>8} {'flops x':>7}")
     if gpu:
