@@ -4,7 +4,9 @@
 #   bash benchmarks/gpu_checks.sh env        # versions, the device, a jaxremat smoke step
 #   bash benchmarks/gpu_checks.sh memory     # jax_memory.py: gpt, conv, mlp at GPU sizes
 #   bash benchmarks/gpu_checks.sh graph      # graph_memory.py at GPU sizes
-#   bash benchmarks/gpu_checks.sh examples   # the examples with --large, measured profile
+#   bash benchmarks/gpu_checks.sh memory2    # what memory's first run left, faster
+#   bash benchmarks/gpu_checks.sh profile    # device_profile.py: static vs measured costs
+#   bash benchmarks/gpu_checks.sh examples   # the examples with --large
 #   bash benchmarks/gpu_checks.sh tests      # the JAX-facing tests, on the GPU
 #
 # Each part writes its log to $OUT/<part>.log (or benchmarks/gpu_logs/ when OUT is unset)
@@ -56,16 +58,22 @@ EOF
     step 150 $PY -m jaxremat demo
 }
 
-part_memory() {
+part_memory() {  # the full tables (about 10 minutes with the fresh-process peak column)
     local methods=rotor,every_layer,sqrt budgets=0.2,0.35,0.5,0.75,1.0
-    step 180 $PY benchmarks/jax_memory.py --model gpt --scale 64 --methods $methods --budgets $budgets
-    step 130 $PY benchmarks/jax_memory.py --model conv --scale 64 --methods $methods --budgets $budgets
-    step 120 $PY benchmarks/jax_memory.py --model mlp --scale 256 --methods $methods --budgets $budgets
+    step 300 $PY benchmarks/jax_memory.py --model gpt --scale 64 --methods $methods --budgets $budgets
+    step 150 $PY benchmarks/jax_memory.py --model conv --scale 64 --methods $methods --budgets $budgets
+    step 300 $PY benchmarks/jax_memory.py --model mlp --scale 256 --methods $methods --budgets $budgets
+}
+
+part_memory2() {  # what part_memory's first run left (it hit its time limits), no peak column
+    step 150 $PY benchmarks/jax_memory.py --model gpt --scale 64 --methods every_layer,sqrt,rotor \
+        --budgets 1.0 --no-peak
+    step 150 $PY benchmarks/jax_memory.py --model mlp --scale 256 --methods sqrt,every_layer \
+        --budgets 1.0 --no-peak
 }
 
 part_graph() {
-    step 280 $PY benchmarks/graph_memory.py --models mlp,gpt --scale 64 --shares 0,0.25
-    step 200 $PY benchmarks/graph_memory.py --models conv --scale 32 --shares 0,0.25
+    step 280 $PY benchmarks/graph_memory.py --models gpt,mlp --scale 64 --shares 0,0.25
 }
 
 part_examples() {
@@ -73,6 +81,9 @@ part_examples() {
     step 100 $PY examples/resnet_nnx.py --large --steps 20
     step 80 $PY examples/mlp_linen.py --large --steps 20
     step 120 $PY examples/inception_graph.py --large --steps 10
+}
+
+part_profile() {
     step 150 $PY benchmarks/device_profile.py --scale 64
 }
 

@@ -171,9 +171,12 @@ def compiled_columns(loss, params, x, *, repeats: int = 10) -> tuple[int, int, f
     return int(total), int(stats.temp_size_in_bytes), median_time(compiled, (params, x), repeats=repeats)
 
 
-def _gpu_columns(loss, params, x, model, scale, method, budget, backend):
-    """``compiled_columns`` plus ``peak_bytes_in_use`` of a fresh process running the step."""
+def _gpu_columns(loss, params, x, model, scale, method, budget, backend, peak=True):
+    """``compiled_columns`` plus ``peak_bytes_in_use`` of a fresh process running the step
+    (``None`` without ``peak``: the fresh process costs a JAX start and a compilation)."""
     compiled_bytes, temp_bytes, step = compiled_columns(loss, params, x)
+    if not peak:
+        return compiled_bytes, temp_bytes, None, step
     worker = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(
         {"model": model, "scale": scale, "method": method, "budget": budget, "backend": backend})]
     # The parent holds its own allocations: the worker must not try to preallocate the
@@ -213,6 +216,9 @@ def main() -> None:
                         help="compiled memory, peak bytes in use, step time: auto = on a GPU/TPU "
                              "only ('on' also on CPU, to exercise the code; the numbers mean "
                              "little there)")
+    parser.add_argument("--no-peak", action="store_true",
+                        help="skip the fresh-process peak_bytes_in_use column (faster). Note: "
+                             "a convolution's autotuning during compilation can set that peak")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -234,7 +240,7 @@ def main() -> None:
     if gpu:
         header += f" {'compiled':>11} {'temp':>11} {'peak in use':>11} {'step ms':>8}"
         plain_cols = _gpu_columns(plain_loss, params, x, args.model, args.scale, "plain", 0,
-                                  args.backend)
+                                  args.backend, not args.no_peak)
         print(f"plain jax.grad: compiled {format_bytes(plain_cols[0])}, temp "
               f"{format_bytes(plain_cols[1])}, peak in use {_maybe_bytes(plain_cols[2])}, "
               f"step {plain_cols[3] * 1e3:.2f} ms")
@@ -271,7 +277,7 @@ def _row(args, method, budget, fraction, layers, params, x, base_flops, gpu) -> 
     result = {"predicted": plan.predicted_peak, "measured": measured, "flops": flops / base_flops}
     if gpu:
         compiled, temp, in_use, step = _gpu_columns(loss, params, x, args.model, args.scale,
-                                                    method, budget, args.backend)
+                                                    method, budget, args.backend, not args.no_peak)
         row += (f" {format_bytes(compiled):>11} {format_bytes(temp):>11} "
                 f"{_maybe_bytes(in_use):>11} {step * 1e3:>8.2f}")
         result.update(compiled=compiled, temp=temp, in_use=in_use, step=step)
