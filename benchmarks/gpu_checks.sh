@@ -77,10 +77,10 @@ part_graph() {
 }
 
 part_examples() {
-    step 100 $PY examples/gpt_nnx.py --large --steps 20
-    step 100 $PY examples/resnet_nnx.py --large --steps 20
-    step 80 $PY examples/mlp_linen.py --large --steps 20
-    step 120 $PY examples/inception_graph.py --large --steps 10
+    step 130 $PY examples/gpt_nnx.py --large --steps 20 --budget 25%
+    step 130 $PY examples/resnet_nnx.py --large --steps 20
+    step 70 $PY examples/mlp_linen.py --large --steps 20
+    step 150 $PY examples/inception_graph.py --large --steps 10
 }
 
 part_profile() {
