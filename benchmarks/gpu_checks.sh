@@ -87,8 +87,12 @@ part_profile() {
     step 150 $PY benchmarks/device_profile.py --scale 64
 }
 
+part_mlp() {
+    step 90 $PY examples/mlp_linen.py --large --steps 40
+}
+
 part_tests() {
-    step 400 $PY -m pytest -q -x -p no:cacheprovider tests/test_sequence.py tests/test_apply.py \
+    step 420 $PY -m pytest -q -p no:cacheprovider tests/test_sequence.py tests/test_apply.py \
         tests/test_profile.py tests/test_device.py tests/test_flax_nnx.py tests/test_remat_graph.py
 }
 
