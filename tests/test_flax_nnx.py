@@ -19,10 +19,13 @@ DIM, BATCH, DEPTH = 24, 16, 5
 
 class Block(nnx.Module):
     """Linear -> BatchNorm -> tanh -> Dropout; ``tanh`` marks each forward in the jaxpr
-    (its derivative needs its output, so a recomputation keeps it)."""
+    (its derivative needs its output, so a recomputation keeps it). The Linear has no bias:
+    before a BatchNorm its gradient is zero up to rounding, and Adam turns that rounding
+    into steps of the learning rate, so a remat'd and a plain step whose products fuse
+    differently (a GPU) would part ways by 1e-2 on it."""
 
     def __init__(self, dim: int, rngs: nnx.Rngs, dropout: float = 0.25):
-        self.linear = nnx.Linear(dim, dim, rngs=rngs)
+        self.linear = nnx.Linear(dim, dim, use_bias=False, rngs=rngs)
         self.norm = nnx.BatchNorm(dim, rngs=rngs)
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
 

@@ -284,6 +284,7 @@ print(len(jax.devices()), float(loss), float(loss0), max(gap, gap1), len(g.plan(
 def test_sharded_batch_equals_unsharded():
     # a fresh process: the host device count must be set before JAX starts
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"  # host devices, also on a machine with a GPU
     done = subprocess.run([sys.executable, "-c", _SHARDED], capture_output=True, text=True,
                           timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
