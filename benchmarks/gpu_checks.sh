@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu_checks.sh memory2    # what memory's first run left, faster
 #   bash benchmarks/gpu_checks.sh profile    # device_profile.py: static vs measured costs
 #   bash benchmarks/gpu_checks.sh examples   # the examples with --large
+#   bash benchmarks/gpu_checks.sh mlp        # mlp_linen --large alone (after its fix)
 #   bash benchmarks/gpu_checks.sh tests      # the JAX-facing tests, on the GPU
 #
 # Each part writes its log to $OUT/<part>.log (or benchmarks/gpu_logs/ when OUT is unset)

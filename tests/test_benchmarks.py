@@ -1,0 +1,52 @@
+"""The JAX benchmark scripts run, with their GPU-only code paths, on CPU at small sizes.
+
+Their numbers are checked by reading them (benchmarks/RESULTS.md); these tests keep the
+scripts working between GPU sessions (device time is scarce: a broken script wastes a call)
+and check the properties every row must have.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_jax_memory_with_device_columns():
+    out = _run("benchmarks/jax_memory.py", "--model", "mlp", "--budgets", "0.5",
+               "--methods", "rotor,every_layer", "--device-columns", "on", "--no-peak")
+    rows = [line.split() for line in out.splitlines() if re.match(r"(rotor|every_layer) ", line)]
+    assert len(rows) == 3  # two methods at 0.5, and rotor at every_layer's predicted peak
+    for row in rows:
+        meas_pred, meas_budget = float(row[8]), float(row[9])  # sizes are "1.2 MiB": two tokens
+        assert 0.9 <= meas_pred <= 1.0 and meas_budget <= 1.0
+        assert row[-2] == "n/a" and float(row[-1]) > 0  # no peak column; a step time
+    assert "step time vs plain: every_layer" in out
+    assert "cost analysis: lowered" in out  # XLA answers on CPU
+
+
+def test_device_profile_plans_with_both_cost_models():
+    out = _run("benchmarks/device_profile.py", "--model", "mlp", "--scale", "1")
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if re.match(r"(static|measured) +\d", line)}
+    assert set(rows) == {"static", "measured"}
+    assert all(float(row[1]) > 1.0 for row in rows.values())  # predicted time overhead
+    assert "reports no memory limit" in out  # budget_from_device on CPU says why
+
+
+def test_gpu_checks_script_parses_and_names_its_parts():
+    script = os.path.join(ROOT, "benchmarks", "gpu_checks.sh")
+    assert subprocess.run(["bash", "-n", script]).returncode == 0
+    text = open(script).read()
+    for part in re.findall(r"gpu_checks\.sh (\w+) ", text):  # the usage lines at the top
+        assert f"part_{part}()" in text, part
