@@ -3,8 +3,9 @@
 #
 #   bash benchmarks/gpu_checks.sh env        # versions, the device, a jaxremat smoke step
 #   bash benchmarks/gpu_checks.sh memory     # jax_memory.py: gpt, conv, mlp at GPU sizes
+#   bash benchmarks/gpu_checks.sh peak       # the same for gpt with peak_bytes_in_use
 #   bash benchmarks/gpu_checks.sh graph      # graph_memory.py at GPU sizes
-#   bash benchmarks/gpu_checks.sh memory2    # what memory's first run left, faster
+#   bash benchmarks/gpu_checks.sh memory2    # what session 5's first run of memory left
 #   bash benchmarks/gpu_checks.sh profile    # device_profile.py: static vs measured costs
 #   bash benchmarks/gpu_checks.sh examples   # the examples with --large
 #   bash benchmarks/gpu_checks.sh mlp        # mlp_linen --large alone (after its fix)
@@ -54,11 +55,15 @@ EOF
     step 150 $PY -m jaxremat demo
 }
 
-part_memory() {  # the full tables (about 10 minutes with the fresh-process peak column)
+part_memory() {  # about 5 minutes: the fresh-process peak column is in part_peak
     local methods=rotor,every_layer,sqrt budgets=0.2,0.35,0.5,0.75,1.0
-    step 300 $PY benchmarks/jax_memory.py --model gpt --scale 64 --methods $methods --budgets $budgets
-    step 150 $PY benchmarks/jax_memory.py --model conv --scale 64 --methods $methods --budgets $budgets
-    step 300 $PY benchmarks/jax_memory.py --model mlp --scale 256 --methods $methods --budgets $budgets
+    step 240 $PY benchmarks/jax_memory.py --model gpt --scale 64 --methods $methods --budgets $budgets --no-peak
+    step 120 $PY benchmarks/jax_memory.py --model conv --scale 64 --methods $methods --budgets $budgets --no-peak
+    step 150 $PY benchmarks/jax_memory.py --model mlp --scale 256 --methods $methods --budgets $budgets --no-peak
+}
+
+part_peak() {  # peak_bytes_in_use of a fresh process per row (about 35 s a row on an H100)
+    step 300 $PY benchmarks/jax_memory.py --model gpt --scale 64 --methods rotor --budgets 0.2,0.5,0.75
 }
 
 part_memory2() {  # what part_memory's first run left (it hit its time limits), no peak column
