@@ -228,7 +228,7 @@ def _revolve_tree(length, snaps, table):
 
 
 @njit(cache=True)
-def _walk(snaps, table, x, xbar, ftmp, btmp, fwd, bwd, fprefix, first, sparse):
+def _walk(snaps, table, x, xbar, ftmp, btmp, fwd, bwd, ftape, fprefix, first, sparse):
     """``(time, peak, nesting)`` of revolve with ``snaps`` snapshots, from its plan tree.
 
     Nodes are costed children first: a node's peak above the memory it starts from, and
@@ -237,6 +237,8 @@ def _walk(snaps, table, x, xbar, ftmp, btmp, fwd, bwd, fprefix, first, sparse):
     ``max(x[a+1] + ftmp[a], max_k x[k] + x[k+1] + ftmp[k])`` above its base (a range maximum
     from the sparse table) and leaves ``x[b]``; ``F_all``, the loss and ``B`` as listed
     there; a body run swaps ``g[b]`` for ``g[a]`` and frees ``x[a]`` if stored on its own.
+    A node's last layer runs ``F_all`` while ``g[last+1]`` is held (``ftape``, the chain's
+    ``fwd_tape_time``), except the root's, which the loss follows (``fwd``).
     """
     L = fwd.shape[0]
     start, steps, alone, item_lo, item_hi = _revolve_tree(L, snaps, table)
@@ -259,7 +261,7 @@ def _walk(snaps, table, x, xbar, ftmp, btmp, fwd, bwd, fprefix, first, sparse):
         last = start[k] + steps[k] - 1
         mem += xbar[last]  # F_all(last)
         peak = max(peak, mem + ftmp[last])
-        time += fwd[last]
+        time += fwd[last] if k == 0 else ftape[last]
         if k == 0:  # the loss: x[L] sits in tape[L-1], so it only adds g[L]
             mem += x[L]
             peak = max(peak, mem)
@@ -279,7 +281,7 @@ def _walk(snaps, table, x, xbar, ftmp, btmp, fwd, bwd, fprefix, first, sparse):
 
 
 @njit(cache=True)
-def _walk_all(table, x, xbar, ftmp, btmp, fwd, bwd, fprefix, first, sparse):
+def _walk_all(table, x, xbar, ftmp, btmp, fwd, bwd, ftape, fprefix, first, sparse):
     """``(times, peaks, nestings)`` of revolve with ``1 .. L-1`` snapshots (index ``s - 1``)."""
     count = max(1, fwd.shape[0] - 1)
     times = np.empty(count)
@@ -287,7 +289,7 @@ def _walk_all(table, x, xbar, ftmp, btmp, fwd, bwd, fprefix, first, sparse):
     nestings = np.empty(count, np.int64)
     for s in range(1, count + 1):
         times[s - 1], peaks[s - 1], nestings[s - 1] = _walk(
-            s, table, x, xbar, ftmp, btmp, fwd, bwd, fprefix, first, sparse)
+            s, table, x, xbar, ftmp, btmp, fwd, bwd, ftape, fprefix, first, sparse)
     return times, peaks, nestings
 
 
@@ -317,7 +319,8 @@ def revolve_costs(chain: Chain) -> tuple[tuple[int, ...], np.ndarray, np.ndarray
     inner = np.concatenate([[-np.inf], x[1:-1] + x[2:] + ftmp[1:]])
     times, peaks, nestings = _walk_all(
         _beta_table(chain.length), x, chain.xbar_size, ftmp, chain.bwd_tmp, chain.fwd_time,
-        chain.bwd_time, np.concatenate([[0.0], np.cumsum(chain.fwd_time)]), x[1:] + ftmp,
+        chain.bwd_time, chain.fwd_tape_time, np.concatenate([[0.0], np.cumsum(chain.fwd_time)]),
+        x[1:] + ftmp,
         _sparse_max_table(inner))
     keep = np.flatnonzero(nestings <= MAX_NESTING)
     return tuple(int(s) + 1 for s in keep), times[keep], peaks[keep]

@@ -76,6 +76,14 @@ class Chain:
         JAX does: a residual the pullback does not read is dead code. :mod:`solver.simulate`
         applies it, and Rotor's dynamic program models it exactly (:mod:`solver.rotor`);
         the baselines' plans are costed by the simulator.
+      fwd_tape_time: ``L`` times of a forward that only builds the tape (default
+        ``fwd_time``), at most ``fwd_time``. It is what ``F_all(i)`` costs when ``g[i+1]``
+        is already stored, i.e. when ``B(i)`` comes next (Rotor's base case, the last layer
+        of every recomputed segment): nothing ahead reads ``x[i+1]`` then, so the forward
+        needs to compute only what the backward reads. JAX does exactly this (the
+        output is dead code unless it is a residual): a residual block's last matmul is
+        skipped. Profiled from the forward of ``jax.vjp`` cut down to the residuals the
+        pullback reads (:mod:`jaxremat.profile`).
 
     The float arrays are stored as read-only float64 numpy vectors, ``output_in_tape`` as
     a read-only bool vector. Invalid input raises ``ValueError`` naming the field and the
@@ -89,6 +97,7 @@ class Chain:
     fwd_tmp: np.ndarray | None = None
     bwd_tmp: np.ndarray | None = None
     output_in_tape: np.ndarray | None = None
+    fwd_tape_time: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         fwd = np.asarray(self.fwd_time)
@@ -105,6 +114,8 @@ class Chain:
             "xbar_size": (self.xbar_size, length),
             "fwd_tmp": (np.zeros(length) if self.fwd_tmp is None else self.fwd_tmp, length),
             "bwd_tmp": (np.zeros(length) if self.bwd_tmp is None else self.bwd_tmp, length),
+            "fwd_tape_time": (self.fwd_time if self.fwd_tape_time is None else self.fwd_tape_time,
+                              length),
         }
         for name, (values, n) in fields.items():
             object.__setattr__(self, name, _as_vector(name, values, n))
@@ -115,6 +126,15 @@ class Chain:
             raise ValueError(
                 f"Chain.xbar_size[{i}] = {self.xbar_size[i]!r} is smaller than x_size[{i + 1}] = "
                 f"{self.x_size[i + 1]!r}: a layer's tape includes its output."
+            )
+
+        dear = np.flatnonzero(self.fwd_tape_time > self.fwd_time)
+        if dear.size:
+            i = int(dear[0])
+            raise ValueError(
+                f"Chain.fwd_tape_time[{i}] = {float(self.fwd_tape_time[i])!r} exceeds fwd_time[{i}] = "
+                f"{float(self.fwd_time[i])!r}: the tape-only forward does a part of the forward's work; "
+                f"pass at most fwd_time (or leave fwd_tape_time out)."
             )
 
     @property

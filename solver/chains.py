@@ -146,13 +146,15 @@ def random_chain(
     max_size: int = 100,
     max_time: int = 10,
     temporaries: bool = True,
+    tape_forwards: bool = False,
 ) -> Chain:
     """A random heterogeneous chain with integer sizes and times (for tests and benchmarks).
 
     ``x_size`` uniform in ``1..max_size``; each tape is its output plus a uniform
     ``0..max_size``; ``fwd_tmp`` and ``bwd_tmp`` uniform in ``0..max_size // 2`` (zero without
     ``temporaries``); ``fwd_time`` uniform in ``1..max_time`` and ``bwd_time`` in
-    ``1..2 max_time``. Same ``seed``, same chain.
+    ``1..2 max_time``; with ``tape_forwards``, ``fwd_tape_time`` uniform in
+    ``0..fwd_time`` (drawn last: the other fields do not change). Same ``seed``, same chain.
     """
     if length < 1:
         raise ValueError(f"A chain needs at least one layer, got length={length}.")
@@ -160,11 +162,10 @@ def random_chain(
     x = rng.integers(1, max_size + 1, length + 1)
     xbar = x[1:] + rng.integers(0, max_size + 1, length)
     tmp_high = max_size // 2 + 1 if temporaries else 1
-    return Chain(
-        fwd_time=rng.integers(1, max_time + 1, length).astype(float),
-        bwd_time=rng.integers(1, 2 * max_time + 1, length).astype(float),
-        x_size=x,
-        xbar_size=xbar,
-        fwd_tmp=rng.integers(0, tmp_high, length),
-        bwd_tmp=rng.integers(0, tmp_high, length),
-    )
+    fwd = rng.integers(1, max_time + 1, length).astype(float)
+    bwd = rng.integers(1, 2 * max_time + 1, length).astype(float)
+    ftmp = rng.integers(0, tmp_high, length)
+    btmp = rng.integers(0, tmp_high, length)
+    tape = np.floor(rng.random(length) * (fwd + 1)) if tape_forwards else None
+    return Chain(fwd_time=fwd, bwd_time=bwd, x_size=x, xbar_size=xbar, fwd_tmp=ftmp,
+                 bwd_tmp=btmp, fwd_tape_time=tape)

@@ -11,8 +11,9 @@ moment (:func:`~solver.simulate.drop`, cost 0), so the rules are exactly the sim
 A move is allowed only if its peak candidate stays within the budget.
 
 The search is A* (Hart, Nilsson, Raphael 1968) with a consistent lower bound: every layer
-still to be reversed needs its backward, and a forward for each tape it lacks; before the
-loss, every layer above the highest available activation also needs a forward.
+still to be reversed needs its backward, and a forward for each tape it lacks (at least
+``fwd_tape_time``, what ``F_all`` costs at best); before the loss, every layer above the
+highest available activation also needs a forward that computes its output (``fwd_time``).
 
 Three reductions keep the state space small without losing the optimum (each replaces a
 move by one that is never worse, so some optimal sequence survives):
@@ -122,6 +123,7 @@ class _Search:
         self.chain, self.budget, self.L = chain, budget, chain.length
         self.inside = chain.output_in_tape
         self.fwd = chain.fwd_time.tolist()
+        self.tape_fwd = chain.fwd_tape_time.tolist()  # what any F_all(i) costs at least
         self.bwd = chain.bwd_time.tolist()
         self.bwd_below = list(itertools.accumulate(self.bwd, initial=0.0))  # sum bwd[:j]
 
@@ -134,10 +136,11 @@ class _Search:
         j = self.live_gradient(state)
         if j <= self.L:
             missing = (i for i in range(j) if not state.tape >> i & 1)
-            return self.bwd_below[j] + sum(self.fwd[i] for i in missing)
+            return self.bwd_below[j] + sum(self.tape_fwd[i] for i in missing)
         top = max(k for k in range(self.L + 1) if state.has_x(k, self.inside))
         missing = (i for i in range(top) if not state.tape >> i & 1)
-        return self.bwd_below[self.L] + sum(self.fwd[top:]) + sum(self.fwd[i] for i in missing)
+        return (self.bwd_below[self.L] + sum(self.fwd[top:])
+                + sum(self.tape_fwd[i] for i in missing))
 
     def clean(self, state: MemoryState) -> tuple[MemoryState, tuple[Step, ...]]:
         """Drop the values no remaining op reads (own ``x[k]``, ``tape[k]``, ``k >= j``)."""

@@ -75,10 +75,12 @@ def check_tapeless(chain: Chain) -> None:
         reasons.append("nonzero fwd_tmp / bwd_tmp")
     if not chain.output_in_tape.all():
         reasons.append("backwards that do not read their outputs (output_in_tape false)")
+    if (chain.fwd_tape_time != chain.fwd_time).any():
+        reasons.append("tape-only forwards cheaper than the forwards (fwd_tape_time)")
     if reasons:
         raise ValueError(
             f"method='ilp' needs a tapeless chain, but this one has {' and '.join(reasons)}: "
-            "the ILP models no tapes or temporaries; use method='rotor'."
+            "the ILP models no tapes, temporaries or tape-only forwards; use method='rotor'."
         )
 
 

@@ -34,6 +34,16 @@ time at each budget is the least simulated time of the persistent plans that fit
 small chains). With every flag true ``cout`` is zero and nothing changes. In the rounded
 table the tape ``B(i)`` holds is rounded up on its own, so it never under-counts.
 
+Tape-only forwards (``Chain.fwd_tape_time``, :mod:`solver.simulate`) change one term too:
+the base case ``(i, i)``, ``i < L``, costs ``ft[i] + bw[i]`` instead of ``fw[i] + bw[i]``,
+because its ``F_all(i)`` runs while ``g[i+1]`` is held, the one situation in which the
+simulator charges ``fwd_tape_time``. The chain option's ``F_all(i)`` (``g[l+1]`` held, ``l >
+i``) and the leaf options' forwards still cost ``fw``. The base case is the only place where
+a plan runs ``F_all(i)`` with ``g[i+1]`` stored, so the DP stays exact for the simulator
+(tests/test_rotor.py draws chains with ``fwd_tape_time < fwd_time``). This is what makes the
+DP prefer plans whose recomputed segments end on layers with a cheap tape (a residual
+block, whose last matmul JAX skips there) over plans that recompute such layers' outputs.
+
 Memory is discretised: a table built for ``max_budget`` with ``slots`` slots has unit
 ``max_budget / slots`` and sizes rounded **up** to units, so every schedule it returns fits
 the real budget. When every size is an integer and ``slots >= max_budget`` the unit is 1 and
@@ -79,6 +89,7 @@ class _Padded:
     btmp: np.ndarray  # L + 1
     fw: np.ndarray  # L + 1
     bw: np.ndarray  # L + 1
+    ft: np.ndarray  # L + 1: the base case's forward, Chain.fwd_tape_time (the loss's 0)
 
 
 def _padded(chain: Chain) -> _Padded:
@@ -91,6 +102,7 @@ def _padded(chain: Chain) -> _Padded:
         btmp=np.concatenate([chain.bwd_tmp, zero]),
         fw=np.concatenate([chain.fwd_time, zero]),
         bw=np.concatenate([chain.bwd_time, zero]),
+        ft=np.concatenate([chain.fwd_tape_time, zero]),
     )
 
 
@@ -162,7 +174,8 @@ def _min_peak(chain: Chain) -> tuple[float, np.ndarray]:
     peak = np.empty((n, n), dtype=np.float64)
     time = np.empty((n, n), dtype=np.float64)
     choice = np.empty((n, n), dtype=np.int64)
-    kernels.fill_min_peak(p.cw, p.cbw, p.cout, p.ftmp, p.btmp, p.fw, p.bw, peak, time, choice)
+    kernels.fill_min_peak(p.cw, p.cbw, p.cout, p.ftmp, p.btmp, p.fw, p.bw, p.ft, peak, time,
+                          choice)
     return float(p.cw[0] + peak[0, chain.length]), choice
 
 
@@ -242,6 +255,7 @@ class RotorTable:
         scale = float(2.0 ** np.frexp(largest)[1]) if largest > 0 else 1.0
         fw = (p.fw / scale).astype(np.float32)
         bw = (p.bw / scale).astype(np.float32)
+        ft = (p.ft / scale).astype(np.float32)
         cum = np.concatenate([[0.0], np.cumsum(p.fw / scale)])
         n = chain.length + 1
         off = kernels.row_offsets(n)
@@ -251,7 +265,7 @@ class RotorTable:
         sat = np.empty(pairs, dtype=np.int64)
         kernels.fill_bounds(cw, cbw, cout, ftmp, btmp, capacity, off, mnull, mmin, sat)
         opt = np.empty((pairs, capacity + 1), dtype=np.float32)
-        kernels.fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, cum, capacity, off, mnull,
+        kernels.fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, capacity, off, mnull,
                                 mmin, sat, kernels.block_size(capacity), opt)
         arrays = dict(cw=cw, cbw=cbw, cout=cout, ftmp=ftmp, btmp=btmp, fw=fw, bw=bw, cum=cum, off=off,
                       mnull=mnull, mmin=mmin, sat=sat, opt=opt, scale=scale)

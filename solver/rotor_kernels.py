@@ -10,6 +10,9 @@ positions ``0..L`` (position ``L`` is the loss):
   hold: the size of ``x[i+1]`` when layer ``i``'s output is outside its tape
   (``Chain.output_in_tape[i]`` false), else 0 (see :mod:`solver.rotor`),
 - ``ftmp``, ``btmp``, ``fw``, ``bw`` (``L+1`` entries, the loss's entry 0),
+- ``ft`` (``L+1`` entries, the loss's 0): ``Chain.fwd_tape_time``, the cost of ``F_all(i)`` in
+  the base case ``(i, i)``, where ``g[i+1]`` is held and ``B(i)`` follows at once (only the
+  tape is computed); everywhere else a forward costs ``fw``,
 - ``cum``: float64 prefix sums of ``fw`` (``cum[k] = Σ_{t<k} fw[t]``); the recomputation
   cost of the leaf option ``j`` is ``float32(cum[j] - cum[i])``, the same bits everywhere.
 
@@ -25,9 +28,11 @@ Three facts keep it fast.
   (:func:`fill_bounds`: ``mmin[row]``, the first feasible ``m``, is the discretised minimum
   peak), and no infinity ever enters the arithmetic of the time DP.
 - Saturation: from the first ``m`` (``sat[row]``) at which the chain option stores every
-  tape of ``i..l``, its time ``Σ fw + Σ bw`` is a lower bound of every option (each layer
-  runs forward and backward at least once), and ties favour storing, so the leaf options are
-  only swept below ``sat``.
+  tape of ``i..l``, its time ``Σ_{k<l} fw[k] + ft[l] + Σ bw`` is a lower bound of every
+  option (each layer runs backward once; each layer ``k < l`` runs at least one forward
+  that computes ``x[k+1]``, which layer ``k+1`` reads, costing ``fw[k]``; layer ``l`` runs
+  forward only while ``g[l+1]`` is held, costing ``ft[l] <= fw[l]``), and ties favour
+  storing, so the leaf options are only swept below ``sat``.
 - Blocking: cells are computed in square tiles of ``block x block`` pairs. For a tile off the
   diagonal, the leaf options whose split ``j`` lies between the tile's ``i`` range and its
   ``l`` range only read finished rows, so they run ``j``-outermost: each operand row is read
@@ -179,13 +184,17 @@ def _leaves(opt, cw, cum, off, mnull, mmin, sat, M, i, l, j0, j1):
 
 
 @njit(cache=True, inline="always")
-def _start_cell(opt, fw, bw, off, mmin, M, i, l):
-    """Initialise a row: the base case ``F_all(i), B(i)`` if ``i == l``, else ``inf``."""
+def _start_cell(opt, ft, bw, off, mmin, M, i, l):
+    """Initialise a row: the base case ``F_all(i), B(i)`` if ``i == l``, else ``inf``.
+
+    The base case's forward only builds the tape (``g[i+1]`` is held, nothing else reads
+    ``x[i+1]``): it costs ``ft[i]``, not ``fw[i]``.
+    """
     row = off[i] + (l - i)
     inf = np.float32(np.inf)
     if i == l:
         t = mmin[row]  # the base case's threshold, from fill_bounds
-        value = np.float32(fw[i] + bw[i])
+        value = np.float32(ft[i] + bw[i])
         for m in range(M + 1):
             opt[row, m] = value if m >= t else inf
     else:
@@ -208,7 +217,7 @@ def _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, sat, M, i, 
 
 
 @njit(cache=True)
-def fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, cum, M, off, mnull, mmin, sat, block,
+def fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, M, off, mnull, mmin, sat, block,
                     opt):
     """Fill Rotor's table ``opt[row(i, l), m]`` for every ``0 <= i <= l <= L``, ``m <= M``.
 
@@ -225,7 +234,7 @@ def fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, cum, M, off, mnull, mmin,
         # Diagonal tile: every split j lies inside the tile; plain dependency order.
         for i in range(i_hi, i_lo - 1, -1):
             for l in range(i, i_hi + 1):
-                _start_cell(opt, fw, bw, off, mmin, M, i, l)
+                _start_cell(opt, ft, bw, off, mmin, M, i, l)
                 if i < l:
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, M, i, l, i + 1, l)
                     _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, sat, M, i, l)
@@ -234,7 +243,7 @@ def fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, cum, M, off, mnull, mmin,
             l_hi = min(n, l_lo + block) - 1
             for i in range(i_lo, i_hi + 1):
                 for l in range(l_lo, l_hi + 1):
-                    _start_cell(opt, fw, bw, off, mmin, M, i, l)
+                    _start_cell(opt, ft, bw, off, mmin, M, i, l)
             # Splits i_hi < j <= l_lo only read rows of earlier tiles: j outermost, so the
             # operand rows (j, l_lo..l_hi) and (i_lo..i_hi, j-1) are reused from cache.
             for j in range(i_hi + 1, l_lo + 1):
@@ -337,7 +346,7 @@ def trace_time_plan(opt, cw, cbw, cout, ftmp, btmp, fw, bw, cum, off, mnull, mmi
 
 
 @njit(cache=True)
-def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, peak, time, choice):
+def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, ft, peak, time, choice):
     """Exact minimum peak ``P[i][l]`` over persistent schedules of ``(i, l)`` (float64).
 
     The same recurrence as the time DP read as a min-max (ALGORITHMS.md section 2): base
@@ -355,7 +364,7 @@ def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, peak, time, choice):
     for i in range(L, -1, -1):
         peak[i, i] = max(cw[i + 1] + cbw[i + 1] + ftmp[i],
                          cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i] - cout[i + 1])
-        time[i, i] = fw[i] + bw[i]
+        time[i, i] = ft[i] + bw[i]
         choice[i, i] = 0
         mx = cw[i + 1] + ftmp[i]
         for l in range(i + 1, L + 1):
@@ -363,7 +372,7 @@ def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, peak, time, choice):
             best = max(max(mnull, cw[l + 1] + cbw[i + 1] + ftmp[i]),
                        max(cw[i] + cw[i + 1] + cbw[i + 1] + btmp[i] - cout[i + 1],
                            cbw[i + 1] + peak[i + 1, l]))
-            best_time = time[i, i] + time[i + 1, l]
+            best_time = fw[i] + bw[i] + time[i + 1, l]
             arg = 0
             prefix = 0.0
             for j in range(i + 1, l + 1):

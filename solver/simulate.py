@@ -32,6 +32,10 @@ holds more than the all-true model at any moment (``F_none(i+1)`` never follows
 ``F_all(i)`` in a plan; tests/test_simulate.py checks every plan of small chains). Rotor's
 dynamic program models the flags exactly (:mod:`solver.rotor`).
 
+Times: every op costs its layer's ``fwd_time`` / ``bwd_time`` (the loss 0), except
+``F_all(i)`` while ``g[i+1]`` is stored, which costs ``fwd_tape_time[i]``: the backward has
+passed layer ``i+1``, so only ``B(i)`` will read what it computes (``Chain.fwd_tape_time``).
+
 Storing a value that is already stored is an invalid sequence, like a missing input.
 The state is a small immutable record of bitmasks so that exhaustive searches can hash it.
 """
@@ -105,15 +109,17 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
                 raise ValueError(f"Op {op!r}: tape[{i}] is already stored.")
             mem += xbar[i]
             dropped = 0.0
+            last_use = bool(g >> (i + 1) & 1)  # B(i) is next: only the tape is needed
             if not inside[i]:  # the output, on its own while something ahead reads it
-                if g >> (i + 1) & 1:
+                if last_use:
                     dropped = xs[i + 1]
                 elif x >> (i + 1) & 1:
                     raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
                 else:
                     x |= 1 << (i + 1)
                     mem += xs[i + 1]
-            return MemoryState(x, tape | 1 << i, g, mem), mem + dropped + tmp, chain.fwd_time[i]
+            time = chain.fwd_tape_time[i] if last_use else chain.fwd_time[i]
+            return MemoryState(x, tape | 1 << i, g, mem), mem + dropped + tmp, time
         if x >> (i + 1) & 1:
             raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
         mem += xs[i + 1]

@@ -172,9 +172,9 @@ def test_revolve_picks_the_fastest_snapshot_count_that_fits(length, seed, fracti
 
 
 @settings(max_examples=30, deadline=None)
-@given(length=st.integers(1, 20), seed=st.integers(0, 10**6))
-def test_revolve_costs_equal_the_simulator(length, seed):
-    chain = random_chain(length, seed)
+@given(length=st.integers(1, 20), seed=st.integers(0, 10**6), tape=st.booleans())
+def test_revolve_costs_equal_the_simulator(length, seed, tape):
+    chain = random_chain(length, seed, tape_forwards=tape)
     counts, times, peaks = revolve_costs(chain)
     assert counts == tuple(range(1, max(2, length)))
     for s, time, peak in zip(counts, times, peaks):

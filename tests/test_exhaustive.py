@@ -97,8 +97,9 @@ def test_long_chains_are_refused_with_a_reason():
 
 
 small_chains = st.builds(
-    lambda length, seed, size: random_chain(length, seed, max_size=size, max_time=5),
-    st.integers(1, 3), st.integers(0, 10**6), st.integers(1, 6),
+    lambda length, seed, size, tape: random_chain(length, seed, max_size=size, max_time=5,
+                                                  tape_forwards=tape),
+    st.integers(1, 3), st.integers(0, 10**6), st.integers(1, 6), st.booleans(),
 )
 
 

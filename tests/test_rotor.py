@@ -42,6 +42,7 @@ def reference(chain: Chain, corrected: bool = True):
     btmp = [int(v) for v in chain.bwd_tmp] + [0]
     fw = [float(v) for v in chain.fwd_time] + [0.0]
     bw = [float(v) for v in chain.bwd_time] + [0.0]
+    ft = [float(v) for v in chain.fwd_tape_time] + [0.0]  # F_all(i) while g[i+1] is held
 
     @functools.lru_cache(maxsize=None)
     def opt(m: int, i: int, l: int):
@@ -51,7 +52,7 @@ def reference(chain: Chain, corrected: bool = True):
                        cw[i] + cw[i + 1] + cbw[i + 1] - cout[i + 1] + btmp[i])
             if m < need:
                 return INF, None
-            return fw[i] + bw[i], ((Layer(i),) if i < L else ())
+            return ft[i] + bw[i], ((Layer(i),) if i < L else ())
         lower = cw[l + 1] + max(
             [cw[i + 1] + ftmp[i]] + [cw[k] + cw[k + 1] + ftmp[k] for k in range(i + 1, l)]
         )
@@ -63,8 +64,8 @@ def reference(chain: Chain, corrected: bool = True):
             fits = m >= max(cw[l + 1] + cbw[i + 1] + ftmp[i],
                             cw[i] + cw[i + 1] + cbw[i + 1] - cout[i + 1] + btmp[i])
             t0 = fw[i] + bw[i] if fits else INF
-        else:
-            t0 = opt(m, i, i)[0]
+        else:  # Opt[m][i][i], the base case, but with the chain option's full forward
+            t0 = opt(m, i, i)[0] - ft[i] + fw[i]
         if m >= cbw[i + 1]:
             t1, rest = opt(m - cbw[i + 1], i + 1, l)
             if t0 + t1 < best:
@@ -97,8 +98,10 @@ def integer_chains(draw, max_layers=5, flagged=False):
     ints = lambda n, hi: draw(st.lists(st.integers(0, hi), min_size=n, max_size=n))
     x = ints(L + 1, 6)
     extra = ints(L, 4)
+    fwd = ints(L, 5)
     return Chain(
-        fwd_time=ints(L, 5),
+        fwd_time=fwd,
+        fwd_tape_time=[draw(st.integers(0, f)) for f in fwd],
         bwd_time=ints(L, 5),
         x_size=x,
         xbar_size=[x[i + 1] + extra[i] for i in range(L)],

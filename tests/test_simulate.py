@@ -185,6 +185,28 @@ def test_recomputed_last_layer_does_not_store_an_output_nobody_reads():
     assert [peak for _, _, peak in conservative][4:6] == [14.0, 16.0]
 
 
+def test_tape_only_forward_when_the_gradient_is_there():
+    # F_all(1) with g[2] stored (the last layer of a recomputed segment): fwd_tape_time.
+    chain = Chain(fwd_time=[3, 5], bwd_time=[1, 1], x_size=[1, 1, 1], xbar_size=[1, 1],
+                  fwd_tape_time=[1, 2])
+    recompute = [("F_ck", 0), ("F_ck", 1), ("loss", 2), ("F_all", 1), ("B", 1), ("F_all", 0),
+                 ("B", 0)]
+    # the first forwards compute outputs (3 + 5); the recomputations only tapes (2 + 1)
+    assert simulate(chain, recompute)[0] == 3 + 5 + 2 + 1 + 1 + 1
+    store_all = [("F_all", 0), ("F_all", 1), ("loss", 2), ("B", 1), ("B", 0)]
+    assert simulate(chain, store_all)[0] == 3 + 5 + 1 + 1
+    assert simulate(dataclasses.replace(chain, fwd_tape_time=None), recompute)[0] == 18
+
+
+def test_tape_forward_is_validated():
+    with pytest.raises(ValueError, match=r"fwd_tape_time\[1\] = 6.0 exceeds fwd_time\[1\]"):
+        Chain(fwd_time=[3, 5], bwd_time=[1, 1], x_size=[1, 1, 1], xbar_size=[1, 1],
+              fwd_tape_time=[1, 6])
+    with pytest.raises(ValueError, match="fwd_tape_time must have 2 entries"):
+        Chain(fwd_time=[3, 5], bwd_time=[1, 1], x_size=[1, 1, 1], xbar_size=[1, 1],
+              fwd_tape_time=[1])
+
+
 def test_flags_are_validated():
     with pytest.raises(ValueError, match="output_in_tape must have 2 entries"):
         Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[1, 1, 1], xbar_size=[1, 1],

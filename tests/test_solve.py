@@ -35,8 +35,10 @@ def integer_chains(draw, max_layers=7):
     ints = lambda n, lo, hi: draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n))
     x = ints(L + 1, 0, 8)
     extra = ints(L, 0, 6)
+    fwd = ints(L, 0, 5)
     return Chain(
-        fwd_time=ints(L, 0, 5),
+        fwd_time=fwd,
+        fwd_tape_time=[draw(st.integers(0, f)) for f in fwd],
         bwd_time=ints(L, 0, 5),
         x_size=x,
         xbar_size=[x[i + 1] + extra[i] for i in range(L)],
@@ -219,7 +221,7 @@ def test_ilp_infeasible_budget_reports_the_ilp_minimum():
     assert solve(chain, least, method="ilp").peak <= least
 
 
-@pytest.mark.parametrize("field", ["xbar_size", "fwd_tmp", "bwd_tmp"])
+@pytest.mark.parametrize("field", ["xbar_size", "fwd_tmp", "bwd_tmp", "fwd_tape_time"])
 def test_ilp_rejects_chains_with_tapes_or_temporaries(field):
     x = [2.0, 3.0, 1.0]
     fields = dict(fwd_time=[1, 1], bwd_time=[1, 1], x_size=x, xbar_size=x[1:])
