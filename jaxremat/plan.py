@@ -113,6 +113,7 @@ class Plan:
                 "fwd_tmp": layer.fwd_tmp,
                 "bwd_tmp": layer.bwd_tmp,
                 "fwd_time": layer.fwd_time,
+                "fwd_tape_time": layer.fwd_tape_time,
                 "bwd_time": layer.bwd_time,
                 "fwd_flops": layer.fwd_flops,
                 "bwd_flops": layer.bwd_flops,
@@ -139,14 +140,15 @@ class Plan:
             f"  plan            {format_plan(self.schedule.plan)}",
             "",
             f"  {'layer':>5} {'input':>11} {'tape':>11} {'fwd tmp':>11} {'bwd tmp':>11} "
-            f"{'fwd':>9} {'bwd':>9} {'runs':>4}  decision{per}",
+            f"{'fwd':>9} {'tape fwd':>9} {'bwd':>9} {'runs':>4}  decision{per}",
         ]
         for row in self.rows():
             lines.append(
                 f"  {row['layer']:>5} {format_bytes(row['input_bytes']):>11} "
                 f"{format_bytes(row['tape_bytes']):>11} {format_bytes(row['fwd_tmp']):>11} "
                 f"{format_bytes(row['bwd_tmp']):>11} {_format_time(row['fwd_time']):>9} "
-                f"{_format_time(row['bwd_time']):>9} {row['forwards']:>4}  {row['decision']}"
+                f"{_format_time(row['fwd_tape_time']):>9} {_format_time(row['bwd_time']):>9} "
+                f"{row['forwards']:>4}  {row['decision']}"
             )
         lines += ["", "  methods at this budget (predicted peak, time overhead vs no remat):"]
         row = compare_methods(self.chain, [self.budget / self.batch_size])[0]

@@ -31,6 +31,12 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   when ``B(i)`` starts, and ``x_size[i]`` is the new ``g[i]`` the simulator adds. A layer that
   frees its residuals while its backward runs thus gets ``bwd_tmp`` near zero, as it
   should: the simulator's ``B(i)`` peak is then what the meter sees.
+* ``fwd_tape_time[i]``: the cost of the forward that builds only the tape
+  (:func:`jaxremat.trace.tape_forward`: ``jax.vjp``'s forward cut down to the residuals the
+  pullback reads), measured like ``fwd_time`` and capped by it. It is what recomputing the
+  last layer of a segment costs: JAX does not compute that layer's output when its backward
+  does not read it (``solver.Chain.fwd_tape_time``). For a residual MLP block it leaves out
+  the second matmul, about half the forward.
 * ``fwd_time[i]`` / ``bwd_time[i]``: with ``costs="static"``, a roofline estimate from
   ``jax.jit(...).lower(...).cost_analysis()`` (lowered for the CPU on backends that give
   none before compiling, e.g. GPU: :mod:`jaxremat.costs`): ``max(flops / PEAK_FLOPS,
@@ -50,11 +56,6 @@ so it is conservative where JAX frees memory earlier than the model says:
   ``B(i+1)`` (the model's ``B`` reads its input).
 * A pass-through leaf of a pytree activation (``(h, skip) -> (h', skip)``) is one buffer in
   JAX but is counted in both ``x[i]`` and ``x[i+1]``.
-* Recomputing the last layer of a segment, JAX computes only the residuals its backward
-  reads, not its output when that is not one of them (a residual block's last matmul);
-  the chain charges the whole forward, so such recomputations cost fewer flops than
-  predicted, and a plan that is cheaper in the chain's time can be slightly dearer in
-  flops than checkpointing every layer.
 * Not modelled: the loss function's memory beyond the gradient of the sequence's output.
 * Rotor's dynamic program plans with the ``output_in_tape`` flags (exactly as the
   simulator counts them), so memory an unread output would waste is used.
@@ -73,7 +74,7 @@ import jax
 from solver import Chain
 
 from .costs import lowered_costs
-from .trace import trace_layer, transients
+from .trace import tape_forward, trace_layer, transients
 from .trees import abstractify, check_layers, check_params, signature, tree_bytes
 
 __all__ = [
@@ -113,6 +114,8 @@ class LayerProfile:
       fwd_time, bwd_time: the chain's times (roofline or measured seconds).
       fwd_flops, bwd_flops: ``cost_analysis()`` flops of the forward and of the backward.
       output_in_tape: whether the backward reads the layer's output (module docstring).
+      fwd_tape_time, fwd_tape_flops: the same for the forward that builds only the tape
+        (module docstring); ``fwd_tape_time <= fwd_time``.
     """
 
     index: int
@@ -126,6 +129,14 @@ class LayerProfile:
     fwd_flops: float
     bwd_flops: float
     output_in_tape: bool = True
+    fwd_tape_time: float | None = None
+    fwd_tape_flops: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.fwd_tape_time is None:  # built by hand: the whole forward
+            object.__setattr__(self, "fwd_tape_time", self.fwd_time)
+        if self.fwd_tape_flops is None:
+            object.__setattr__(self, "fwd_tape_flops", self.fwd_flops)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +160,7 @@ def _profile_one(
 ) -> tuple[LayerProfile, Any]:
     traced = trace_layer(layer, p, x, index, input_grad=input_grad)
     fwd_flops, fwd_bytes = _flops_and_bytes(layer, p, x)
+    tape_flops, tape_bytes = _flops_and_bytes(tape_forward(traced), p, x)
     bwd_flops, bwd_bytes = _flops_and_bytes(traced.pullback, list(traced.residuals), traced.cotangent)
     fwd_tmp, bwd_tmp = transients(traced, len(jax.tree.leaves(p)), tree_bytes(x))
     if costs == "measured":
@@ -156,11 +168,13 @@ def _profile_one(
 
         measured = measure_layer(layer, p, x, traced, repeats=repeats)
         fwd_time, bwd_time = measured.fwd_time, measured.bwd_time
+        tape_time = measured.fwd_tape_time
         if measured.fwd_tmp is not None:
             fwd_tmp, bwd_tmp = measured.fwd_tmp, measured.bwd_tmp
     else:
         fwd_time = roofline_time(fwd_flops, fwd_bytes)
         bwd_time = roofline_time(bwd_flops, bwd_bytes)
+        tape_time = roofline_time(tape_flops, tape_bytes)
     profile = LayerProfile(
         index=index,
         input_bytes=tree_bytes(x),
@@ -173,6 +187,9 @@ def _profile_one(
         fwd_flops=fwd_flops,
         bwd_flops=bwd_flops,
         output_in_tape=traced.output_in_tape,
+        # a part of the forward's work; timing noise or XLA's counts must not make it dearer
+        fwd_tape_time=min(tape_time, fwd_time),
+        fwd_tape_flops=min(tape_flops, fwd_flops),
     )
     return profile, traced.output
 
@@ -240,6 +257,7 @@ def profile_sequence(
         fwd_tmp=[p.fwd_tmp for p in profiles],
         bwd_tmp=[p.bwd_tmp for p in profiles],
         output_in_tape=[p.output_in_tape for p in profiles],
+        fwd_tape_time=[p.fwd_tape_time for p in profiles],
     )
     return Profile(chain=chain, layers=tuple(profiles), costs=costs)
 

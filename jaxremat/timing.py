@@ -1,6 +1,7 @@
 """Measured layer costs (``costs="measured"``): wall time of each layer on the device.
 
-Each layer's forward (``jax.jit(layer)``) and backward (the jitted pullback on the
+Each layer's forward (``jax.jit(layer)``), its tape-only forward
+(:func:`jaxremat.trace.tape_forward`) and its backward (the jitted pullback on the
 residuals) are compiled and run on the default device on synthetic inputs of the right
 shapes: a few warm-up runs, then the median of ``repeats`` timed runs, each ended by
 ``jax.block_until_ready``. Floating inputs are small normal values (no NaN/denormal slow
@@ -28,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .trace import tape_forward
+
 __all__ = ["Measured", "measure_layer", "synthetic_inputs", "median_time"]
 
 
@@ -40,6 +43,7 @@ class Measured:
     bwd_time: float
     fwd_tmp: int | None
     bwd_tmp: int | None
+    fwd_tape_time: float = 0.0
 
 
 def _synthetic_leaf(leaf: jax.ShapeDtypeStruct, key: jax.Array) -> jax.Array:
@@ -94,6 +98,8 @@ def measure_layer(layer: Callable, p: Any, x: Any, traced: Any, *, repeats: int 
         fwd = jax.jit(layer).lower(p_in, x_in).compile()
         bwd = jax.jit(traced.pullback).lower(res_in, ct_in).compile()
         fwd_time = median_time(fwd, (p_in, x_in), repeats=repeats)
+        tape = jax.jit(tape_forward(traced)).lower(p_in, x_in).compile()
+        tape_time = median_time(tape, (p_in, x_in), repeats=repeats)
         bwd_time = median_time(bwd, (res_in, ct_in), repeats=repeats)
         fwd_tmp = bwd_tmp = None
         if jax.devices()[0].platform != "cpu":
@@ -101,4 +107,4 @@ def measure_layer(layer: Callable, p: Any, x: Any, traced: Any, *, repeats: int 
             fwd_tmp, bwd_tmp = _temp_bytes(vjp_fwd), _temp_bytes(bwd)
             if fwd_tmp is None or bwd_tmp is None:
                 fwd_tmp = bwd_tmp = None
-    return Measured(fwd_time, bwd_time, fwd_tmp, bwd_tmp)
+    return Measured(fwd_time, bwd_time, fwd_tmp, bwd_tmp, tape_time)

@@ -17,12 +17,12 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
-from jax.extend.core import ClosedJaxpr, Literal
+from jax.extend.core import ClosedJaxpr, Literal, jaxpr_as_fun
 
 from .meter import aval_nbytes, inputs_read, program_memory
 from .trees import cotangent_struct, tree_bytes
 
-__all__ = ["TracedLayer", "trace_layer", "transients"]
+__all__ = ["TracedLayer", "trace_layer", "tape_forward", "transients"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +109,25 @@ def _dead_code_removed(closed: ClosedJaxpr, used_outputs: Sequence[bool]) -> Clo
         return closed
     jaxpr, _ = dce_jaxpr(closed.jaxpr, list(used_outputs), instantiate=True)
     return ClosedJaxpr(jaxpr, closed.consts)
+
+
+def tape_forward(traced: "TracedLayer") -> Callable[[Any, Any], list[Any]]:
+    """The forward that builds only the tape: ``(p, x) -> read residuals``.
+
+    It is ``jax.vjp``'s forward cut down to the residuals the pullback reads; the output is
+    computed only where it is one of them. This is what JAX runs for the last layer of a
+    recomputed segment (``g[i+1]`` exists, so nothing else reads ``x[i+1]``, and the rest
+    is dead code): ``solver.Chain.fwd_tape_time``. A residual block's last matmul, for
+    instance, is not in it.
+    """
+    num_out = len(jax.tree.leaves(traced.output))
+    run = jaxpr_as_fun(_dead_code_removed(traced.forward,
+                                          [False] * num_out + list(traced.residual_used)))
+
+    def forward(p: Any, x: Any) -> list[Any]:
+        return run(*jax.tree.leaves((p, x)))
+
+    return forward
 
 
 def transients(traced: "TracedLayer", num_params: int, input_bytes: int) -> tuple[int, int]:
