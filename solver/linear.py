@@ -145,7 +145,8 @@ def _branch_and_bound(sizes: np.ndarray, prefix: np.ndarray, seed: int = 0) -> t
     ``lb(a, b) = a+ + cost(b)``, where ``a+`` is the smallest candidate in ``(a, b)``. Pop
     the node of least key; stop when it is ``>= best``. Drop the node if
     ``cost(a) == cost(b)``, if ``(a, b)`` holds no candidate, or if ``lb >= best``
-    (computed exactly now). Otherwise pick a pivot ``m``, a candidate of ``(a, b)`` drawn
+    (computed exactly now); push it back keyed by ``lb`` if its key was smaller (a right
+    child ``(m, b]`` is pushed with the key ``m + cost(b)``). Otherwise pick a pivot ``m``, a candidate of ``(a, b)`` drawn
     uniformly among the pairs ``(s, e)`` that produce one (seeded, so deterministic),
     evaluate ``cost(m)``, update ``best`` and push ``(a, m]`` and ``(m, b]``.
 
@@ -157,38 +158,61 @@ def _branch_and_bound(sizes: np.ndarray, prefix: np.ndarray, seed: int = 0) -> t
     of Lemma 1. The node ``(a, b]`` with no candidate in ``(a, b)`` has only ``b`` left,
     which is evaluated: it is dropped too. []
 
-    Complexity. A node costs O(n): two passes of :func:`_candidates_between` and one DP
-    (Lemma 2). Every pivot is a distinct candidate value (the open ranges of the nodes are
-    disjoint and each pivot lies strictly inside its node's), so the number ``E`` of
-    evaluations satisfies ``E <= N``:
-    worst case O(n N) = O(n^3) time, the same order as ``cubic``; memory O(n + E), against
-    ``cubic``'s O(n^2). Output-sensitive bound: a node that is split has
-    ``cost(a) > cost(b)``, so it contains a *breakpoint* of ``cost`` (a candidate where it
-    strictly drops). The nodes containing a fixed candidate form a root-to-leaf chain of
-    the recursion, and with uniform random pivots its expected length is O(log N) (the
-    randomised-quickselect argument: each split leaves the fixed candidate in a part with
-    at most 3/4 of the node's pairs with probability >= 1/2, and there are at most
-    ``(n+1)(n+2)/2`` pairs). Each split node contains a breakpoint, so ``E`` is at most the
-    number of (breakpoint, node containing it) pairs: ``E[E] = O(K log n)`` with ``K`` the
-    number of breakpoints, and the expected time is O(n min(N, K log n)).
+    Complexity. A node costs O(n): two or three passes of :func:`_candidates_between` and
+    one DP (Lemma 2). Every pivot is a distinct candidate value (the open ranges of the
+    nodes are disjoint and each pivot lies strictly inside its node's), so the number ``E``
+    of evaluations satisfies ``E <= N``: worst case O(n N) = O(n^3) time, the same order as
+    ``cubic``; memory O(n + E), against ``cubic``'s O(n^2).
 
-    What this does *not* prove: a worst case below O(n^3). ``K`` can be of order ``n^2``
-    (a hill-climbed instance of 16 sizes has 120 breakpoints; one of 12 sizes has 79
-    distinct costs among its 91 candidates), and inputs whose ``S + cost(S)`` is flat over
-    many breakpoints defeat the lower bound. Three routes to a sub-cubic worst case that
-    we checked and that fail: (i) sweeping the breakpoints of ``cost`` (one DP each) is
-    O(n K), cubic for such inputs; (ii) a DP over nodes keeping the Pareto front of
-    (largest segment, kept sum) pruned by the objective (a point is also dominated by one
-    with a larger segment and a smaller sum of the two) has fronts of 36 points at n = 12
-    on hill-climbed inputs, i.e. not O(n); (iii) fixing the largest segment ``(a, b)``,
+    Instance bound (Theorem 4). Let ``v*`` be the optimum. Call a set ``Z`` of candidates a
+    *certificate* if for every two consecutive members ``z < z'`` of ``Z + {0, P[n]}``
+    either ``cost(z) == cost(z')``, or no candidate lies strictly between them, or
+    ``z+ + cost(z') > v*`` (``z+`` the least candidate above ``z``); let ``k`` be the size
+    of the smallest certificate. Then ``E[E] <= 2 + k O(log n)``, and the expected time is
+    O(n k log n).
+      Proof. (i) A node is keyed by a lower bound of its ``lb`` (the exact one for a left
+      child, ``m + cost(b)`` for a right child ``(m, b]``); a node popped with a weaker key
+      is pushed back with its exact ``lb``, so a node is split only when popped with key
+      ``lb``. A node ``(a, b]`` that contains the optimal candidate ``S*`` has ``lb <= S* +
+      cost(S*) = v*``; such a node is in the heap until ``S*`` is evaluated, so every node
+      split before that has ``lb <= v*``, and every node split after it has ``lb < best =
+      v*``. (ii) A split node ``(a, b]`` has ``cost(a) > cost(b)``, a candidate inside
+      and ``lb <= v*``; if no member of ``Z`` lay strictly inside it, it would lie between
+      two consecutive members ``z <= a < b <= z'`` and by monotonicity ``cost(a) ==
+      cost(b)`` where ``cost(z) == cost(z')``, or ``lb >= z+ + cost(z') > v*``: so it holds
+      a member of ``Z``. (iii) The nodes containing a fixed candidate form one root-to-leaf
+      path of the recursion, of expected length O(log N) with uniform random pivots (the
+      randomised-quickselect argument: each split leaves the candidate in a part with at
+      most 3/4 of the node's pairs with probability >= 1/2, and there are at most
+      ``(n+1)(n+2)/2`` pairs). Summing (ii) over ``Z`` bounds the split nodes. []
+    Conversely, an algorithm that learns ``cost`` only by evaluating it and uses only its
+    monotonicity cannot stop before its evaluations form a certificate up to ties (a gap
+    ``z+ + cost(z') < v*`` leaves a non-increasing ``cost``, equal to ``cost(z')`` on
+    ``(z, z']`` and consistent with every evaluation, under which ``z+`` beats ``v*``), so
+    it needs about ``k`` evaluations: the search is within O(log n) evaluations of every
+    such algorithm on every input. (Theorem 4 and this lower bound are from a helper's
+    analysis in session 6; the weak-key re-push was added to make (i) hold.)
+
+    What this does *not* prove: a worst case below O(n^3). ``k`` is at most the number
+    ``K`` of breakpoints of ``cost``, which can be of order ``n^2`` (a hill-climbed
+    instance of 16 sizes has 120 breakpoints), and we know no bound on ``k`` below ``N``:
+    hill-climbing that maximises ``k`` reached 16, 20, 30, 29 and 29 at n = 10, 20, 30, 40
+    and 50. Routes to a sub-cubic worst case that we checked and that fail: (i) sweeping
+    the breakpoints of ``cost`` (one DP each) is O(n K), cubic for such inputs, and
+    maintaining the DP under the O(n^2) window expansions changes ``h[k]`` once per
+    breakpoint of each prefix, about ``n^2.5`` times on mirrored geometric sizes; (ii) a
+    DP over nodes keeping the Pareto front of (largest segment, kept sum) has fronts of 36
+    points at n = 12 on hill-climbed inputs; (iii) fixing the largest segment ``(a, b)``,
     ``best(a, b) = prefix cost + S + suffix cost`` has a row minimum that is not monotone
-    in ``a`` (29 of 300 random small inputs), so SMAWK / divide-and-conquer optimisation
-    does not apply. What pruning gives
-    in practice is measured by ``benchmarks/linear_speed.py``: at ``n = 10 000`` the search
-    evaluates 10 to 200 bounds (each an O(n) pass) for random, equal, near-equal,
-    increasing, decreasing, sawtooth, heavy-tailed and 0/1 sizes, in under 0.1 s; random
-    hill-climbing over inputs of 50 and 200 sizes, maximising ``E``, found no input with
-    ``E`` above 1.7 n.
+    in ``a`` (29 of 300 random small inputs), so SMAWK does not apply; (iv) the
+    relaxation ``min_T T + min_C [sum_C s + sum_segments (sigma - T)^+]`` (exact, and the
+    strongest relaxation that is separable over segments) is not unimodal in ``T`` and
+    its optimal sets change about ``0.2 n^2`` times on mirrored geometric sizes. What
+    pruning gives in practice is measured by ``benchmarks/linear_speed.py``: at ``n = 10
+    000`` the search evaluates 10 to 200 bounds (each an O(n) pass) for random, equal,
+    near-equal, increasing, decreasing, sawtooth, heavy-tailed and 0/1 sizes, in under 0.1
+    s; random hill-climbing over inputs of 50 and 200 sizes, maximising ``E``, found no
+    input with ``E`` above 1.7 n.
     """
     rng = np.random.default_rng(seed)
     parent = np.empty(sizes.shape[0] + 2, np.int64)
@@ -198,14 +222,17 @@ def _branch_and_bound(sizes: np.ndarray, prefix: np.ndarray, seed: int = 0) -> t
     heap = [(low, low, cost_low, high, 0.0)]
     evaluations = 1  # cost(0); cost(P[n]) = 0 needs no DP
     while heap:
-        bound, a, cost_a, b, cost_b = heapq.heappop(heap)
-        if bound >= best:
+        key, a, cost_a, b, cost_b = heapq.heappop(heap)
+        if key >= best:
             break
         if cost_a == cost_b:
             continue
         below_b = float(np.nextafter(b, -np.inf))  # candidates strictly inside (a, b)
         count, smallest, _ = _candidates_between(prefix, a, below_b, -1)
         if count == 0 or smallest + cost_b >= best:
+            continue
+        if smallest + cost_b > key:  # a right child's weak key: wait for the exact one
+            heapq.heappush(heap, (smallest + cost_b, a, cost_a, b, cost_b))
             continue
         _, _, pivot = _candidates_between(prefix, a, below_b, int(rng.integers(count)))
         cost_pivot = _bounded_cost(sizes, prefix, pivot, parent)
