@@ -2,6 +2,7 @@
 
     python benchmarks/jax_memory.py --model mlp|conv|gpt [--budgets 0.2,0.35,0.5,0.75,1]
         [--methods rotor,sqrt,every_layer,revolve,none] [--backend checkpoint|custom_vjp]
+        [--costs static|flops]
 
 For one model (an MLP stack with residual blocks, a small ResNet-like conv stack, or a
 GPT-like stack of attention and MLP sublayers) it builds ``remat_sequence`` for each method
@@ -10,8 +11,10 @@ and each budget (a fraction of the measured no-remat activation memory) and prin
 * predicted: the plan's predicted peak (the chain simulator's);
 * measured: :func:`jaxremat.activation_memory` of the loss (program-order peak of the
   ``jax.grad`` program, parameters and their gradients excluded), and measured/predicted;
-* flops: ``Lowered.cost_analysis()`` flops of the jitted gradient relative to no remat
-  (taken before XLA optimises, so recomputation is included);
+* flops: ``Lowered.cost_analysis()`` flops of the jitted ``jax.value_and_grad`` (a training
+  step reports its loss) relative to no remat (taken before XLA optimises, so recomputation
+  is included); with ``jax.grad`` alone the last layers' primal outputs would be dead code,
+  which flatters plans that end with a long recomputed segment;
 * on a GPU only: compiled memory of the jitted gradient (``memory_analysis``: argument +
   output + temp - alias), ``memory_stats()["peak_bytes_in_use"]`` of a fresh process running
   the step, and the median step time. On CPU those columns are skipped: XLA's CPU compiler
@@ -157,28 +160,30 @@ def _loss(run):
 
 
 def _flops(loss, params, x) -> float:
-    return lowered_costs(jax.grad(loss), params, x)["flops"]
+    return lowered_costs(jax.value_and_grad(loss), params, x)["flops"]
 
 
 def compiled_columns(loss, params, x, *, repeats: int = 10) -> tuple[int, int, float]:
     """Of the jitted gradient: compiled memory (``memory_analysis``: argument + output + temp
     - alias), its temp part alone (activations and XLA's workspace) and the median step time
     (seconds, ``repeats`` runs after warm-up)."""
-    compiled = jax.jit(jax.grad(loss)).lower(params, x).compile()
+    compiled = jax.jit(jax.value_and_grad(loss)).lower(params, x).compile()
     stats = compiled.memory_analysis()
     total = (stats.argument_size_in_bytes + stats.output_size_in_bytes
              + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
     return int(total), int(stats.temp_size_in_bytes), median_time(compiled, (params, x), repeats=repeats)
 
 
-def _gpu_columns(loss, params, x, model, scale, method, budget, backend, peak=True):
+def _gpu_columns(loss, params, x, model, scale, method, budget, backend, peak=True,
+                 cost_model="static"):
     """``compiled_columns`` plus ``peak_bytes_in_use`` of a fresh process running the step
     (``None`` without ``peak``: the fresh process costs a JAX start and a compilation)."""
     compiled_bytes, temp_bytes, step = compiled_columns(loss, params, x)
     if not peak:
         return compiled_bytes, temp_bytes, None, step
     worker = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(
-        {"model": model, "scale": scale, "method": method, "budget": budget, "backend": backend})]
+        {"model": model, "scale": scale, "method": method, "budget": budget, "backend": backend,
+         "costs": cost_model})]
     # The parent holds its own allocations: the worker must not try to preallocate the
     # device's memory too, and it grows its pool as it goes (the peak is still counted).
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
@@ -197,8 +202,9 @@ def _worker(spec: dict) -> None:
     if spec["method"] == "plain":
         run = lambda p, x: _plain(layers, p, x)  # noqa: E731
     else:
-        run = remat_sequence(layers, spec["budget"], method=spec["method"], backend=spec["backend"])
-    step = jax.jit(jax.grad(_loss(run)))
+        run = remat_sequence(layers, spec["budget"], method=spec["method"], backend=spec["backend"],
+                             costs=spec.get("costs", "static"))
+    step = jax.jit(jax.value_and_grad(_loss(run)))
     jax.block_until_ready(step(params, x))
     stats = jax.devices()[0].memory_stats() or {}
     print(json.dumps({"peak_bytes_in_use": stats.get("peak_bytes_in_use")}))
@@ -212,6 +218,8 @@ def main() -> None:
                         help="fractions of the no-remat activation memory")
     parser.add_argument("--methods", default="rotor,sqrt,every_layer,revolve,none")
     parser.add_argument("--backend", default="checkpoint", choices=("checkpoint", "custom_vjp"))
+    parser.add_argument("--costs", default="static", choices=("static", "flops"),
+                        help="remat_sequence's cost model (jaxremat.profile)")
     parser.add_argument("--device-columns", choices=("auto", "on", "off"), default="auto",
                         help="compiled memory, peak bytes in use, step time: auto = on a GPU/TPU "
                              "only ('on' also on CPU, to exercise the code; the numbers mean "
@@ -232,7 +240,7 @@ def main() -> None:
     base_flops = _flops(plain_loss, params, x)
     param_bytes = sum(a.nbytes for a in jax.tree.leaves(params))
     print(f"model={args.model} layers={len(layers)} x={x.shape} params={format_bytes(param_bytes)} "
-          f"backend={args.backend} device={jax.devices()[0].device_kind}")
+          f"backend={args.backend} costs={args.costs} device={jax.devices()[0].device_kind}")
     print(f"no-remat activation memory (measured, program order): {format_bytes(full)}; "
           f"no-remat grad flops: {base_flops:.4g} (cost analysis: {costs.LAST_SOURCE})")
     header = (f"{'method':<12} {'budget':>6} {'budget B':>11} {'predicted':>11} {'measured':>11} "
@@ -241,7 +249,7 @@ def main() -> None:
         header += f" {'compiled':>11} {'temp':>11} {'peak in use':>11} {'step ms':>8}"
         plain_cols = _gpu_columns(plain_loss, params, x, args.model, args.scale, "plain", 0,
                                   args.backend, not args.no_peak)
-        print(f"plain jax.grad: compiled {format_bytes(plain_cols[0])}, temp "
+        print(f"plain step: compiled {format_bytes(plain_cols[0])}, temp "
               f"{format_bytes(plain_cols[1])}, peak in use {_maybe_bytes(plain_cols[2])}, "
               f"step {plain_cols[3] * 1e3:.2f} ms")
     else:
@@ -254,13 +262,14 @@ def main() -> None:
         for fraction in (float(f) for f in args.budgets.split(",")):
             rows[method, fraction] = _row(args, method, int(fraction * full), fraction, layers,
                                           params, x, base_flops, gpu)
-    if gpu and "every_layer" in args.methods.split(","):
-        _equal_memory(args, rows, layers, params, x, base_flops, full, plain_cols[3])
+    if "every_layer" in args.methods.split(","):
+        _equal_memory(args, rows, layers, params, x, base_flops, full,
+                      plain_cols[3] if gpu else None)
 
 
 def _row(args, method, budget, fraction, layers, params, x, base_flops, gpu) -> dict | None:
     """Print one table row; return its numbers (None when the budget is infeasible)."""
-    seq = remat_sequence(layers, budget, method=method, backend=args.backend)
+    seq = remat_sequence(layers, budget, method=method, backend=args.backend, costs=args.costs)
     try:
         plan = seq.plan(params, x)
     except solver.InfeasibleBudget as error:
@@ -277,7 +286,8 @@ def _row(args, method, budget, fraction, layers, params, x, base_flops, gpu) -> 
     result = {"predicted": plan.predicted_peak, "measured": measured, "flops": flops / base_flops}
     if gpu:
         compiled, temp, in_use, step = _gpu_columns(loss, params, x, args.model, args.scale,
-                                                    method, budget, args.backend, not args.no_peak)
+                                                    method, budget, args.backend, not args.no_peak,
+                                                    args.costs)
         row += (f" {format_bytes(compiled):>11} {format_bytes(temp):>11} "
                 f"{_maybe_bytes(in_use):>11} {step * 1e3:>8.2f}")
         result.update(compiled=compiled, temp=temp, in_use=in_use, step=step)
@@ -286,15 +296,19 @@ def _row(args, method, budget, fraction, layers, params, x, base_flops, gpu) -> 
 
 
 def _equal_memory(args, rows, layers, params, x, base_flops, full, plain_step) -> None:
-    """Rotor with every-layer checkpointing's predicted peak as its budget: step time of
-    each relative to the plain step (the comparison the project's issue asks for)."""
+    """Rotor with every-layer checkpointing's predicted peak as its budget: flops and, on a
+    GPU (``plain_step`` given), step time of each relative to the plain step (the
+    comparison the project's issue asks for)."""
     every = next((r for (m, _), r in rows.items() if m == "every_layer" and r), None)
     if every is None:
         return
     budget = every["predicted"]
     print(f"\nat every_layer's predicted peak ({format_bytes(budget)}):")
-    rotor = _row(args, "rotor", budget, budget / full, layers, params, x, base_flops, True)
+    rotor = _row(args, "rotor", budget, budget / full, layers, params, x, base_flops,
+                 plain_step is not None)
     if rotor is not None:
+        print(f"flops vs plain: every_layer {every['flops']:.3f}x, rotor {rotor['flops']:.3f}x")
+    if rotor is not None and plain_step is not None:
         print(f"step time vs plain: every_layer {every['step'] / plain_step:.3f}x, "
               f"rotor {rotor['step'] / plain_step:.3f}x; temp: every_layer "
               f"{format_bytes(every['temp'])}, rotor {format_bytes(rotor['temp'])}")

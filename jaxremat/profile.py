@@ -41,8 +41,12 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   ``jax.jit(...).lower(...).cost_analysis()`` (lowered for the CPU on backends that give
   none before compiling, e.g. GPU: :mod:`jaxremat.costs`): ``max(flops / PEAK_FLOPS,
   bytes_accessed / PEAK_BANDWIDTH)`` seconds, the backward lowered from the pullback on the
-  residuals. With ``costs="measured"``, the median wall time of the jitted forward and
-  backward on the default device (see :mod:`jaxremat.timing`).
+  residuals. With ``costs="flops"``, the flop term alone, ``flops / PEAK_FLOPS``: the
+  bytes XLA counts before fusing are those of every unfused operation, so on layers of
+  modest width (a GPT block of width 128) the roofline is bandwidth-bound and ranks plans
+  by traffic that fusion removes; ``"flops"`` plans for the least recomputed flops instead.
+  With ``costs="measured"``, the median wall time of the jitted forward and backward on the
+  default device (see :mod:`jaxremat.timing`).
 
 Where the chain and the meter differ (checked in tests/test_profile.py and
 tests/test_sequence.py, shown by benchmarks/jax_memory.py). The chain follows Rotor's model,
@@ -94,7 +98,7 @@ in 16-bit precision sustains roughly this order). Only ratios matter to the solv
 PEAK_BANDWIDTH = 1.5e12
 """Nominal memory bandwidth of the static cost model, bytes/s."""
 
-COSTS = ("static", "measured")
+COSTS = ("static", "flops", "measured")
 
 
 def roofline_time(flops: float, bytes_accessed: float) -> float:
@@ -171,6 +175,8 @@ def _profile_one(
         tape_time = measured.fwd_tape_time
         if measured.fwd_tmp is not None:
             fwd_tmp, bwd_tmp = measured.fwd_tmp, measured.bwd_tmp
+    elif costs == "flops":
+        fwd_time, bwd_time, tape_time = (f / PEAK_FLOPS for f in (fwd_flops, bwd_flops, tape_flops))
     else:
         fwd_time = roofline_time(fwd_flops, fwd_bytes)
         bwd_time = roofline_time(bwd_flops, bwd_bytes)
@@ -211,8 +217,9 @@ def profile_sequence(
       params: one pytree per layer; arrays, tracers or ``jax.ShapeDtypeStruct`` leaves.
       x: the sequence's input, same kinds of leaves.
       costs: ``"static"`` (roofline from ``cost_analysis``, works from shapes, also at trace
-        time) or ``"measured"`` (time each layer's jitted forward and backward on the
-        default device; on a GPU also take transients from ``memory_analysis``).
+        time), ``"flops"`` (its flop term alone, module docstring) or ``"measured"`` (time
+        each layer's jitted forward and backward on the default device; on a GPU also take
+        transients from ``memory_analysis``).
       progress: show a progress bar (tqdm); ``None``: only for more than 20 layers or with
         measured costs.
       repeats: timed runs per measurement (median taken), measured costs only.

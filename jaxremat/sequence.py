@@ -169,8 +169,9 @@ def remat_sequence(
         ``"sqrt"`` (Chen's sqrt(L) segments), ``"revolve"`` (binomial checkpointing).
       backend: ``"checkpoint"`` (nested ``jax.checkpoint``) or ``"custom_vjp"``
         (:mod:`jaxremat.apply`).
-      costs: ``"static"`` (roofline from ``cost_analysis``) or ``"measured"`` (timed on the
-        device; :mod:`jaxremat.profile`).
+      costs: ``"static"`` (roofline from ``cost_analysis``), ``"flops"`` (its flop term
+        alone: the least recomputed flops) or ``"measured"`` (timed on the device);
+        :mod:`jaxremat.profile`.
       slots: memory discretisation of the dynamic program.
 
     Returns:
