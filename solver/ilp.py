@@ -89,6 +89,40 @@ from stage to stage); the cuts forbid that where one slot is free. On unit-size 
 at budget 6 they close the gap: LP bound 52 -> 62 (= optimum) for 15 vertices and
 72 -> 95 for 20; proving time 2.1 s -> 0.3 s and 37 s -> 1 s.
 
+**Window cuts.** With a fixed budget, :meth:`IlpModel.solve
+<solver.ilp_model.IlpModel.solve>` also adds valid inequalities that the LP relaxation
+violates (:meth:`~solver.ilp_model.IlpModel.window_cuts_for`). For stages
+``1 <= s <= t`` and an interval ``U = {a..i}`` of ids (``1 <= a <= i < t``), with
+``entry(U)`` as above::
+
+    S[t,i] + R[t,i] <= sum_{u in U} S[s,u] + sum_{r=s..t} sum_{u in entry(U)} R[r,u].
+
+*Proof.* The right side is a sum of binaries and the left side is at most 1 (``R + S <=
+1``), so the row can only fail if the right side is 0: no vertex of ``U`` is held at the
+start of stage ``s`` and no entry of ``U`` is computed in stages ``s..t``. Then, stage by
+stage from ``s``, no vertex of ``U`` is computed (the first one of the stage, smallest id,
+would find its inputs in ``U`` neither held nor computed before it in the stage, so it
+would read only vertices outside ``U``, i.e. be an entry), hence none is held at the next
+stage (``S[r+1,u] <= S[r,u] + R[r,u]``); so in stage ``t`` ``i`` is neither held nor
+computed and the left side is 0. The row uses no memory argument and removes no schedule
+that satisfies the reduced model's rows (hence no optimum; it holds for any set ``U``, the
+separator tries intervals). *Separation.* Each
+round solves the LP relaxation (with the one-slot cuts and the window cuts so far) and
+adds, for each ``(t, i, a)`` where ``i`` is (fractionally) held or computed at ``t``, the
+most violated window (the latest ``s`` among ties: the shortest window), until none is
+violated by more than ``1e-4``, after 30 rounds, or once a quarter of the time limit has
+passed (the separation counts against it); the LP point only chooses which valid rows to
+add. *Effect.* Summing the dependency and checkpoint rows lets one fractional
+computation of an entry support fractions of several values kept into later stages (it
+appears once per kept value); the window cut counts it once. The root bound does not move
+(70 at unit-chain20 / budget 8; the relaxation then spreads fractions of the checkpoints
+held across the forward phase instead), but once the checkpoints held at the first
+backward stage are fixed the relaxation with the cuts is exact or nearly (7 such sets
+tried: LP 70-72.1 without, 73-75.2 with, optimum 73-77), so branch-and-bound only has to
+sort out those checkpoints: 9000 nodes -> 180-450, 117 s -> 12-16 s (four HiGHS seeds),
+for 600 rows and 0.4 s of separation. Elsewhere on the benchmark it adds 0.1-0.3 s
+or saves up to 4 s.
+
 *Tried, not kept* (valid, but no effect, measured on unit chains of 15 / 20 at budgets
 7 / 8, two or three free slots): the same cut with ``Q >= 2`` slots (``left <= Q right``),
 also over windows of up to 14 stages (values of ``U`` kept after stage ``t'`` need a held
@@ -103,7 +137,29 @@ variables for HiGHS to branch on (presolve removes them), an explicit objective 
 slower). Of HiGHS's options only ``mip_pscost_minreliable = 0`` (pseudocosts trusted at
 once, less strong branching) helps: about 2x on unit chains, never slower on the
 benchmark; ``scipy.optimize.milp`` passes it verbatim
-(:data:`solver.ilp_model.HIGHS_OPTIONS`).
+(:data:`solver.ilp_model.HIGHS_OPTIONS`). Tried with the window cuts (unit-chain20 /
+budget 8, 117 s before them, 12-16 s with them): the slot version of the window cut
+(kept values of ``U`` after ``t`` at most ``Q`` times the right side) and one-slot cuts
+lifted by other kept values (``kept(K) + kept(O) <= (Q - |O|) right + |O|``), valid and
+violated, but the LP bound stays 70 and the time 16-22 s; a lazy-recomputation reduction
+(a value recomputed in stage ``t`` only to be kept, whose inputs are kept too, is
+recomputed in stage ``t + 1`` instead: ``R[t,i] + sum_{deps d} S[t+1,d] <= |deps(i)| +
+sum_{users j <= t} R[t,j]``, valid when nothing else reads ``d`` before ``i``): 117 ->
+97 s alone, nothing on top of the window cuts; the complete window family in extended
+form (a continuous ``A[t,a,i]``, "some vertex of ``{a..i}`` is available in stage ``t``",
+with ``A[t] <= A[t-1] + entries`` and ``A[t] <= held + entries``): 40-50 nodes instead of
+150-400 on unit-chain19 / budget 8, but 4x the rows and a root so slow that it takes
+40-70 s instead of 9-15 s; separating again at perturbed objectives or along dives (no
+gain; which valid rows the degenerate LP yields does matter: taking the earliest instead
+of the latest ``s`` among ties gave 80 s);
+forbidding recomputation in forward stages (unproven; no gain); HiGHS options
+``random_seed`` (times vary by up to 30 %), ``mip_heuristic_effort``, ``mip_detect_symmetry``,
+``mip_lp_age_limit``, ``mip_pool_soft_limit``, ``mip_pool_age_limit``,
+``mip_pscost_minreliable`` 1-8, ``objective_bound`` at the optimum (none helps). A
+Dantzig-Wolfe bound with one block per stage (the LP with every valid single-stage
+inequality) is still 70 at unit-chain20 / budget 8 and 43 at unit-chain13 / budget 7
+(optimum 44; a block of 6 backward stages reaches 44): no single-stage cut can lift the
+root bound.
 
 ``backward_recompute=False`` additionally fixes ``R[t,b] = 0`` for every backward vertex
 ``b`` and ``t > b``: a subclass (a gradient computed once), the one the chain simulator can
@@ -116,11 +172,13 @@ sometimes helps (found on 5 of 75 random DAGs).
 39-vertex training graph) and ``R + S <= 1`` give about 1-2x, not more: the LP
 relaxation itself is the bottleneck. Random chains of 10-20 forward vertices (19-39
 training vertices), residual and diamond DAGs of 13-19 forward vertices and unit-size
-chains of 15 and 20 prove optimal in 0.1-7 s at every budget of the benchmark but one:
+chains of 15 and 20 prove optimal in 0.1-4 s at every budget of the benchmark but one:
 unit-chain20 at budget 8 (1.6x the least peak, three free slots), where the relaxation
 recomputes "half" a value and holds the other half, stage after stage (a geometric
-series; LP bound 70, optimum 73) and HiGHS needs about 2 minutes. 30-40 forward
-vertices at in-between budgets often hit the time limit.
+series; LP bound 70, optimum 73): about 2 minutes without the window cuts, 12-16 s with
+them. Random chains of 30 and 40 forward vertices (59 and 79 training vertices) prove
+optimal at every budget of the benchmark (``--chains 30 40``) in 0.7-29 s with the window
+cuts; without them the least two budgets of each hit 60 s.
 
 The source (the input) is given once: it is "computed" in stage 0 at its cost (0 by the
 Graph convention) and never recomputed (``R[t,0] = 0`` for ``t > 0``), so it stays
@@ -329,8 +387,8 @@ def solve_ilp(
       formulation: ``"liveness"`` (default, same optimum, solves 5-15x faster on chains of
         15-20 vertices) or ``"checkmate"`` (the paper's ``FREE``/``U`` linearisation);
         see the module docstring.
-      time_limit: seconds HiGHS may spend; past it the best schedule found is returned
-        with ``optimal=False``.
+      time_limit: seconds the window-cut separation and HiGHS may spend together; past
+        it the best schedule found is returned with ``optimal=False``.
       mip_gap: relative optimality gap at which HiGHS may stop (0: prove optimality).
       backward_recompute: ``False`` computes every backward vertex exactly once (no
         gradient recomputation): the class the chain simulator can replay

@@ -3,12 +3,13 @@
 :class:`IlpModel` builds the variables, rows and objective that :mod:`solver.ilp`'s module
 docstring states (Jain et al., "Checkmate", MLSys 2020, section 4 and appendix), in either
 formulation, with or without the reductions, adds the one-slot cuts for the budget at
-hand and solves them with ``scipy.optimize.milp`` (HiGHS). Nothing here is specific to
-chains.
+hand, separates the window cuts against the LP relaxation, and solves the lot with
+``scipy.optimize.milp`` (HiGHS). Nothing here is specific to chains.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -23,6 +24,11 @@ __all__ = ["IlpModel", "last_descendant"]
 # branchings: about 2x faster on unit-size chains, never slower on the benchmark
 # (benchmarks/ilp_speed.py; solver.ilp's module docstring).
 HIGHS_OPTIONS: dict[str, float | int | bool] = {"mip_pscost_minreliable": 0}
+
+# Window-cut separation (IlpModel.window_cuts_for): the least violation for a cut to be
+# added, and the most rounds of LP relaxation + separation.
+WINDOW_TOLERANCE = 1e-4
+WINDOW_ROUNDS = 30
 
 
 def last_descendant(graph: TrainingGraph) -> np.ndarray:
@@ -58,6 +64,10 @@ class IlpModel:
         stage whose end leaves room for one more value of an interval (built per budget in
         :meth:`solve`; only with ``reductions`` and a fixed budget). ``False`` for the tests
         that check them against the model without.
+      window_cuts: add the window cuts of :mod:`solver.ilp`'s module docstring that the LP
+        relaxation violates (separated per budget in :meth:`solve` by
+        :meth:`window_cuts_for`; only with ``reductions`` and a fixed budget). ``False``
+        for the tests that check them against the model without.
 
     Memory rows are divided by the largest size (``scale``) so that byte-sized problems
     have coefficients near 1 for HiGHS's tolerances; budgets are divided alike in
@@ -73,9 +83,11 @@ class IlpModel:
         reductions: bool = True,
         backward_recompute: bool = True,
         slot_cuts: bool = True,
+        window_cuts: bool = True,
     ) -> None:
         self.graph = graph
         self.slot_cuts = slot_cuts and reductions and not min_peak
+        self.window_cuts = window_cuts and reductions and not min_peak
         self.scale = float(graph.sizes.max()) if len(graph) and graph.sizes.max() > 0 else 1.0
         self.users = graph.users
         self.reductions = reductions
@@ -287,18 +299,121 @@ class IlpModel:
                     count += 1
         return sparse.csr_array((values, (rows, cols)), shape=(count, len(self.index)))
 
-    def solve(self, budget: float, time_limit: float, gap: float) -> optimize.OptimizeResult:
-        """Run HiGHS with every memory row bounded by ``budget`` (and the slot cuts)."""
+    def window_cuts_for(self, budget: float, time_limit: float = np.inf) -> sparse.csr_array:
+        """Window cuts (module docstring of :mod:`solver.ilp`) that the LP relaxation violates.
+
+        For stages ``1 <= s <= t`` and an interval ``U = {a..i}`` of ids (``1 <= a <= i <
+        t``) the row is ``S[t,i] + R[t,i] - sum_{u in U} S[s,u] - sum_{r=s..t} sum_{u in
+        entry(U)} R[r,u] <= 0``, ``entry(U)`` the ids of ``U`` with no input in ``U``;
+        columns fixed at 0 are left out. Each round solves the LP relaxation at ``budget``
+        (the model, its one-slot cuts and the window cuts found so far) and adds, for each
+        ``(t, i, a)``, the window ``s`` of the most violated row (the latest ``s`` among
+        ties) if it is violated by more than ``WINDOW_TOLERANCE``; rounds stop when none
+        is, after ``WINDOW_ROUNDS``, or once a quarter of ``time_limit`` has passed. Every
+        row is valid whatever the LP point: the LP only chooses which ones to add.
+        """
+        empty = sparse.csr_array((0, len(self.index)))
+        if not self.window_cuts or not np.isfinite(budget):
+            return empty
+        start = time.perf_counter()
+        matrix, lower, upper = self._bounded_rows(budget, self.slot_cuts_for(budget))
+        found: list[sparse.csr_array] = []
+        for _ in range(WINDOW_ROUNDS):
+            if time.perf_counter() - start > time_limit / 4:
+                break
+            relaxation = optimize.milp(
+                self.objective,
+                bounds=optimize.Bounds(self.var_lower, self.var_upper),
+                constraints=optimize.LinearConstraint(matrix, lower, upper),
+            )
+            if relaxation.status != 0 or relaxation.x is None:
+                break  # an infeasible budget: the MIP reports it
+            cuts = self._violated_windows(relaxation.x)
+            if cuts.shape[0] == 0:
+                break
+            found.append(cuts)
+            matrix = sparse.vstack([matrix, cuts], format="csr")
+            lower = np.concatenate([lower, np.full(cuts.shape[0], -np.inf)])
+            upper = np.concatenate([upper, np.zeros(cuts.shape[0])])
+        return sparse.vstack(found, format="csr") if found else empty
+
+    def _violated_windows(self, x: np.ndarray) -> sparse.csr_array:
+        """The window-cut rows violated at the LP point ``x`` (see :meth:`window_cuts_for`).
+
+        For fixed ``t`` and ``a``, with ``held[s, i] = sum_{u=a..i} S[s,u]`` and
+        ``started[s, i] = sum_{r=s..t} sum_{u in entry({a..i}), u <= i} R[r,u]`` (an id
+        ``u >= a`` is an entry of every ``{a..i}`` containing it iff its inputs are all
+        below ``a``), the right side for every ``(s, i)`` is ``held + started``.
+        """
+        graph, T = self.graph, len(self.graph)
+        S = np.zeros((T, T))
+        R = np.zeros((T, T))
+        for key, column in self.index.items():
+            if key[0] in "RS" and self.var_upper[column] > 0:
+                (R if key[0] == "R" else S)[key[1], key[2]] = x[column]
+        last_input = np.array([max(deps, default=-1) for deps in graph.deps])
+        rows: list[int] = []
+        cols: list[int] = []
+        values: list[float] = []
+        count = 0
+
+        def present(keys) -> list[int]:
+            found = (self.index.get(key) for key in keys)
+            return [c for c in found if c is not None and self.var_upper[c] > 0]
+
+        for t in range(2, T):
+            avail = S[t, :t] + R[t, :t]
+            candidates = np.flatnonzero(avail[1:] > WINDOW_TOLERANCE) + 1
+            if candidates.size == 0:
+                continue
+            top = int(candidates.max())
+            for a in range(1, top + 1):
+                entry = last_input[a:top + 1] < a
+                held = np.cumsum(S[1:t + 1, a:top + 1], axis=1)  # row s - 1, column i - a
+                started = np.cumsum(R[1:t + 1, a:top + 1] * entry, axis=1)
+                started = np.cumsum(started[::-1], axis=0)[::-1]  # stages s..t
+                right = held + started
+                latest = t - 1 - np.argmin(right[::-1], axis=0)  # row of the latest best s
+                violation = avail[a:top + 1] - right[latest, np.arange(top + 1 - a)]
+                for i in candidates[candidates >= a]:
+                    if violation[i - a] <= WINDOW_TOLERANCE:
+                        continue
+                    s = int(latest[i - a]) + 1
+                    positive = present([("S", t, i), ("R", t, i)])
+                    negative = present(("S", s, u) for u in range(a, i + 1))
+                    negative += present(("R", r, u) for u in range(a, i + 1)
+                                        if last_input[u] < a for r in range(max(s, u), t + 1))
+                    rows += [count] * (len(positive) + len(negative))
+                    cols += positive + negative
+                    values += [1.0] * len(positive) + [-1.0] * len(negative)
+                    count += 1
+        return sparse.csr_array((values, (rows, cols)), shape=(count, len(self.index)))
+
+    def _bounded_rows(self, budget: float, cuts: sparse.csr_array):
+        """The constraint matrix and row bounds at ``budget``, ``cuts`` (``<= 0``) appended."""
         upper = np.asarray(self.upper, dtype=np.float64)
         upper[self.memory_rows] = budget / self.scale
         lower = np.asarray(self.lower, dtype=np.float64)
         matrix = self.matrix
-        cuts = self.slot_cuts_for(budget)
         if cuts.shape[0]:
             matrix = sparse.vstack([matrix, cuts], format="csr")
             lower = np.concatenate([lower, np.full(cuts.shape[0], -np.inf)])
             upper = np.concatenate([upper, np.zeros(cuts.shape[0])])
-        options = {"time_limit": float(time_limit), "mip_rel_gap": float(gap), "disp": False}
+        return matrix, lower, upper
+
+    def solve(self, budget: float, time_limit: float, gap: float) -> optimize.OptimizeResult:
+        """Run HiGHS with every memory row bounded by ``budget``, with the slot and window cuts.
+
+        The window-cut separation counts against ``time_limit``.
+        """
+        start = time.perf_counter()
+        cuts = self.slot_cuts_for(budget)
+        windows = self.window_cuts_for(budget, time_limit)
+        if windows.shape[0]:
+            cuts = sparse.vstack([cuts, windows], format="csr")
+        matrix, lower, upper = self._bounded_rows(budget, cuts)
+        remaining = max(float(time_limit) - (time.perf_counter() - start), 1.0)
+        options = {"time_limit": remaining, "mip_rel_gap": float(gap), "disp": False}
         options.update(HIGHS_OPTIONS)
         with warnings.catch_warnings():
             # scipy warns that it passes options it does not know verbatim to HiGHS.

@@ -417,3 +417,103 @@ def test_slot_cuts_close_the_gap_on_a_unit_chain():
     assert relaxation(model.matrix) < 33.0
     assert relaxation(sparse.vstack([model.matrix, cuts], format="csr")) == pytest.approx(34.0)
     assert solve_ilp(training, 6.0).objective == 34.0
+
+
+# --------------------------------------------------------------------------- window cuts
+def _rows(matrix: sparse.csr_array):
+    for k in range(matrix.shape[0]):
+        span = slice(matrix.indptr[k], matrix.indptr[k + 1])
+        yield matrix.indices[span], matrix.data[span]
+
+
+def _largest_left_side(model: IlpModel, budget: float, columns, values) -> float:
+    """The largest value of ``sum values * x[columns]`` over the model's integer points."""
+    objective = np.zeros(len(model.index))
+    objective[columns] = -values
+    matrix, lower, upper = model._bounded_rows(budget, model.slot_cuts_for(budget))
+    result = optimize.milp(
+        objective, integrality=model.integrality,
+        bounds=optimize.Bounds(model.var_lower, model.var_upper),
+        constraints=optimize.LinearConstraint(matrix, lower, upper),
+    )
+    assert result.status == 0, result.message
+    return -float(result.fun)
+
+
+def _check_window_rows_are_valid(graph: Graph, seed: int, count: int = 12) -> int:
+    """Window-cut rows built at random points hold at every schedule of the reduced model.
+
+    The separator is run on random points of the unit cube (so that it builds many rows,
+    over every window and interval); each row's left side is maximised over the integer
+    points of the model without window cuts at the no-remat budget (the largest feasible
+    set: the rows do not depend on the budget). Returns how many rows were checked.
+    """
+    training = TrainingGraph.from_graph(graph)
+    model = IlpModel(training, "liveness", min_peak=False, window_cuts=False)
+    budget = float(training.sizes.sum())
+    rng = np.random.default_rng(seed)
+    rows = list(_rows(model._violated_windows(rng.random(len(model.index)))))
+    checked = 0
+    for index in rng.permutation(len(rows))[:count]:
+        columns, values = rows[index]
+        assert _largest_left_side(model, budget, columns, values) <= 1e-9
+        checked += 1
+    return checked
+
+
+WINDOW_GRAPHS = [
+    chain_graph([1] * 5),
+    chain_graph([3, 1, 1, 1, 2, 3], [0, 3, 1, 2, 2, 3]),
+    residual(2, [1, 2, 1, 3, 1]),
+    diamond([2, 1, 3, 1]),
+    skip([1, 2, 1, 2]),
+]
+
+
+@pytest.mark.parametrize("index", range(len(WINDOW_GRAPHS)))
+def test_window_rows_hold_at_every_schedule(index):
+    assert _check_window_rows_are_valid(WINDOW_GRAPHS[index], seed=index) > 0
+
+
+@settings(max_examples=15, deadline=None)
+@given(small_graphs(), st.integers(0, 2**16))
+def test_window_rows_hold_on_random_graphs(graph, seed):
+    _check_window_rows_are_valid(graph, seed, count=6)
+
+
+@pytest.mark.parametrize("length, budget", [(10, 7.0), (11, 8.0), (12, 7.0)])
+def test_window_cuts_keep_the_optimum_on_unit_chains(length, budget):
+    # Unit chains at tight budgets are where the LP relaxation violates window cuts: they
+    # are built, the optimal schedule found without them satisfies every one, and the
+    # optimum is that of the model without them and of the plain model.
+    training = TrainingGraph.from_graph(chain_graph([1] * length))
+    model = IlpModel(training, "liveness", min_peak=False)
+    cuts = model.window_cuts_for(budget)
+    assert cuts.shape[0] > 0
+    without = IlpModel(training, "liveness", min_peak=False, window_cuts=False)
+    assert without.window_cuts_for(budget).shape[0] == 0
+    result = without.solve(budget, 60.0, 0.0)
+    assert result.status == 0
+    assert np.all(cuts @ result.x <= 1e-9)
+    assert _optimum(training, budget) == pytest.approx(result.fun)
+    assert _optimum(training, budget, reductions=False) == pytest.approx(result.fun)
+
+
+@settings(max_examples=15, deadline=None)
+@given(small_graphs())
+def test_window_cuts_keep_the_optimum_on_random_graphs(graph):
+    training = TrainingGraph.from_graph(graph)
+    least = ilp_min_peak(training)
+    for budget in (least, least + 1.0, least + 2.0):
+        with_cuts = _optimum(training, budget)
+        assert with_cuts == pytest.approx(_optimum(training, budget, window_cuts=False))
+        assert with_cuts == pytest.approx(_optimum(training, budget, reductions=False))
+
+
+def test_window_cuts_only_with_a_budget():
+    training = TrainingGraph.from_graph(chain_graph([1] * 10))
+    assert IlpModel(training, "liveness", min_peak=True).window_cuts_for(7.0).shape[0] == 0
+    model = IlpModel(training, "liveness", min_peak=False)
+    assert model.window_cuts_for(np.inf).shape[0] == 0
+    plain = IlpModel(training, "liveness", min_peak=False, reductions=False)
+    assert plain.window_cuts_for(7.0).shape[0] == 0
