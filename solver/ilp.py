@@ -159,7 +159,21 @@ forbidding recomputation in forward stages (unproven; no gain); HiGHS options
 Dantzig-Wolfe bound with one block per stage (the LP with every valid single-stage
 inequality) is still 70 at unit-chain20 / budget 8 and 43 at unit-chain13 / budget 7
 (optimum 44; a block of 6 backward stages reaches 44): no single-stage cut can lift the
-root bound.
+root bound. Also measured at unit-chain20 / budget 8 (12-18 s with the window cuts; HiGHS
+spends about 4 s at the root, where a sub-MIP finds 73 and a restart fixes 36 % of the
+integer columns, then about 290 nodes), none kept: fixing the number ``k`` of checkpoints
+of ``1..17`` held at the first backward stage (LP 75.3 / 73 / 72 / 71 / 70 / 71 for
+``k = 0..5``, optima 90 / 82 / 78 / 75 / 73 / 75; the ``k = 1, 2`` pieces take over 60 s
+each, ``k = 4`` 16 s), so an outer search over ``k`` or over that checkpoint set (413 LP
+nodes, 50 s, to enumerate the sets whose LP is below 73) does not pay; probing each of
+those checkpoints at 0 and at 1 (LP 70-71.5 either way: no fixing); splitting on one of
+them (``S[20,15]``: 12 + 15 s, ``S[20,12]``: 13 + 8 s, ``S[20,16]``: 16 + 31 s: both
+halves as hard as the whole, since many schedules of cost 73 exist); window cuts
+separated again in the pieces ``k = 0..6`` (they lift those pieces' LP to 87 / 78 / 73.1,
+but the root stays 70 and the full solve takes 22 s); column orders (S first, stages
+descending, reversed: 12-19 s) and the HiGHS options ``mip_heuristic_run_rins``,
+``_rens``, ``_root_reduced_cost``, ``_feasibility_jump``, ``mip_heuristic_effort = 0``,
+``mip_pool_soft_limit = 500``, ``mip_lp_age_limit = 2`` (12-18 s, within the noise).
 
 ``backward_recompute=False`` additionally fixes ``R[t,b] = 0`` for every backward vertex
 ``b`` and ``t > b``: a subclass (a gradient computed once), the one the chain simulator can
