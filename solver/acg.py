@@ -50,17 +50,63 @@ exclude that set. Two things keep the fronts small:
 
 * a Lagrangian bound (:mod:`solver.acg_bounds`) on the recompute the rest of the graph must
   add drops partial sets along the top-level linear division that cannot beat a *cap*;
+  its multipliers include every vertex's recompute per byte (the kinks of the bound);
 * the cap starts just above the interval's lower bound and grows by 1 % to 8 % steps: an
   evaluation that finds nothing under it raises the interval's lower bound to the cap. So
   the fronts only hold near-optimal partial sets, and the best set found so far (a greedy
-  pass, then every fitting set the fronts contain) ends the search.
+  pass, then every fitting set the fronts contain) ends the search;
+* an evaluation whose top-level fronts outgrow ``FRONT_LIMIT`` (1000) candidates is given up:
+  an interval wider than ``MIN_WIDTH`` (0.1 %) of the budget is halved (the upper half's
+  relaxation, ``bytes <= budget - mid``, is tighter, and the lower half's segments are
+  smaller), a narrower one is retried with a quarter of the cap step (down to 0.1 %, which
+  runs without the limit). Both keep the interval's lower bound: they cover the same sets.
 
 Every filter is a necessary condition for a fitting set to beat the cap, and monotone under
 dominance, so the result stays the least recompute for the model (checked against brute
-force in tests/test_acg.py); with fractional sizes, up to the tolerance above. Knapsack-like
-instances where many vertices have the same recompute per byte (e.g. Inception-v3 at a
-large budget, where only ReLUs and concatenations are rebuilt) still defeat the bound: the
-fronts then grow with the number of distinct byte sums, see benchmarks/acg.py.
+force in tests/test_acg.py, also with every vertex at one recompute per byte and with tiny
+front limits); with fractional sizes, up to the tolerance above.
+
+**Lower bound** (``CheckpointSet.recompute_lower_bound``). Claim: when the search stops,
+``min(lb of the interval being evaluated, floor, best)`` is at most the recompute of every
+set that fits, where ``floor`` is the least ``stop = best * (1 - max(gap, 1e-12))`` against
+which an interval was dropped. Proof: the max-term intervals ever pushed cover ``[0,
+budget]``, which holds every fitting set's largest segment, except for relaxed sets that do
+not fit (a split only leaves out the least relaxed set, which does not fit); an interval
+leaves the heap in one of four ways: (i) its least relaxed set fits: every set in it has
+recompute at least that set's, which is at least ``best`` from then on; (ii) it is replaced
+by pieces (split, halved, or retried with a new cap) that cover all its fitting sets and
+whose ``lb`` is still a lower bound for them (the least relaxed recompute, the same ``lb``,
+or ``max(cap, Lagrangian prebound)`` when nothing is under the cap); (iii) nothing under
+``cap = stop``: every set in it has recompute ``>= stop >= floor``; (iv) at the end, the
+ones still in the heap, each with recompute ``>= lb``. The heap pops the least ``lb``
+first, so at a time limit the interval being evaluated has the least ``lb`` of all in (iv),
+and every fitting set is covered by one of the four. ``best`` only decreases, so the ``stop``
+of an earlier drop is at least the current one, and costs are non-negative, so the bound is
+clamped at 0. When the search ends with ``gap=0``, the bound reported is ``recompute``
+itself (``floor`` then only differs from it by the ``1e-12`` margin that absorbs rounding
+in recompute sums). The time-limit warning gives the same gap in percent.
+
+**Measured** (``python benchmarks/acg.py --budget``, 2-core container, before / after the
+multipliers at the vertex ratios and ``FRONT_LIMIT``): Inception-v3 at 50 % (only ReLUs and
+concatenations, 1 flop per 4 bytes, are worth rebuilding: a subset-sum over their sizes)
+went from the 60 s limit, 36 % from its lower bound with a set of recompute 8.48e8, to
+proven optimal in about 6 s (recompute 7.22e8, 15 % less). The Lagrangian bound was the
+culprit: with 40 log-spaced multipliers it stayed about 10 % under the optimum in the
+optimum's max-term interval, so every partial subset sum within 10 % passed it; at the
+vertex ratios it is within 0.5 %. Other rows: see benchmarks/RESULTS.md.
+
+Notes, tried and left out: starting from 8 geometric max-term intervals instead of one
+(ResNet-50 at 10 % 3.4 -> 3.7 s, Inception at 50 % still at the limit); halving every
+interval wider than 0.5 % of the budget whenever its cap fails (Inception at 50 % proven in
+38 s, but ResNet-50 at 10 % 3.5 -> 17.8 s and DenseNet-121 10.5 -> 43.5 s: 9x more
+evaluations); dropping the upper part of an interval whose Lagrangian prebound at
+``bytes <= budget - x`` reaches the best (no change); an exact bound over runs of linked
+top-level vertices whose joint segment must fit the max term (raised the prebound, 6.52e8 ->
+6.81e8, but no time saved once the multipliers include the vertex ratios); smaller cap steps
+(max 2 % or 4 % instead of 8 %: slower); ``FRONT_LIMIT`` 250 (DenseNet-121 at 10 % then
+splits into so many intervals that it hits the 60 s limit), 5000 (Inception 13 s), 20000
+(20 s), none (60 s limit); not growing the cap step again after an abandoned evaluation
+(no gain).
 """
 
 from __future__ import annotations
@@ -69,11 +115,12 @@ import heapq
 import math
 import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
 from .acg_bounds import Lagrangian
-from .acg_dp import Context, TimeLimit, evaluate
+from .acg_dp import Context, FrontLimit, TimeLimit, evaluate
 from .checkpoint_set import CheckpointSet
 from .division import Node, division_tree
 from .errors import InfeasibleBudget
@@ -83,6 +130,10 @@ from .graph_model import memory_of, segments_of
 __all__ = ["checkpoint_search"]
 
 _METHOD = "checkpoint_search"
+FRONT_LIMIT = 1000  # candidates in one front of the top-level division: beyond, abandon
+MIN_WIDTH = 1e-3  # (of the budget) intervals this narrow are not split when abandoned
+MIN_STEP = 1e-3  # cap steps this small run without FRONT_LIMIT (the search must progress)
+MAX_STEP = 0.08
 
 
 def checkpoint_search(
@@ -97,8 +148,8 @@ def checkpoint_search(
         most ``budget`` instead of the set of least memory.
       time_limit: seconds allowed to the budgeted search (the least-memory search always
         runs to the end). When they run out, the best set found so far is returned (it fits
-        the budget but may not have the least recompute) and a ``RuntimeWarning`` says so.
-        Default: no limit.
+        the budget but may not have the least recompute), a ``RuntimeWarning`` says so and
+        ``recompute_lower_bound`` says how far from the least it may be. Default: no limit.
       gap: relative optimality gap of the budgeted search, in ``[0, 1)``: it stops once no
         set can have less than ``(1 - gap)`` times the recompute of the best set found, so
         the result's recompute is at most ``least / (1 - gap)``. Default 0: exact.
@@ -108,6 +159,9 @@ def checkpoint_search(
       (source and target, always kept, are not listed), ``segments`` the groups of
       recomputed vertex names (topological order) each rebuilt by one local forward,
       ``peak`` the predicted training memory, ``recompute`` the cost of the local forwards.
+      With ``budget``, ``recompute_lower_bound`` is a proven lower bound on the least
+      recompute of any set that fits (module docstring): ``recompute`` itself when the
+      search ran to the end with ``gap=0``, less after a time limit or with a gap.
 
     Raises:
       InfeasibleBudget: no checkpoint set fits ``budget``; ``min_budget`` is the least
@@ -121,6 +175,7 @@ def checkpoint_search(
         raise TypeError(f"checkpoint_search expects a solver.Graph, got {type(graph).__name__}.")
     search = _Search(graph)
     mem, rc, kept = search.least_memory()
+    bound = None
     if budget is not None:
         budget = float(budget)
         if not math.isfinite(budget) or budget < 0:
@@ -130,9 +185,9 @@ def checkpoint_search(
         if mem > budget + search.eps:
             raise InfeasibleBudget(budget, mem, _METHOD, units="bytes")
         deadline = np.inf if time_limit is None else time.monotonic() + float(time_limit)
-        mem, rc, kept = search.least_recompute(budget, incumbent=(mem, rc, kept), deadline=deadline,
-                                               gap=gap)
-    return search.result(kept)
+        (mem, rc, kept), bound = search.least_recompute(budget, incumbent=(mem, rc, kept),
+                                                        deadline=deadline, gap=gap)
+    return search.result(kept, bound)
 
 
 class _Search:
@@ -158,11 +213,14 @@ class _Search:
     def _kept(self, mask: int) -> list[int]:
         return [v for v in range(1, len(self.graph) - 1) if mask >> v & 1]
 
-    def result(self, kept: list[int]) -> CheckpointSet:
+    def result(self, kept: list[int], bound: float | None = None) -> CheckpointSet:
+        """The answer for the kept vertices; ``bound``: the least recompute's lower bound."""
         names = self.graph.names
         mem, _, rc = memory_of(self.graph, kept)
         segments = tuple(tuple(names[v] for v in s) for s in segments_of(self.graph, kept))
-        return CheckpointSet(tuple(names[v] for v in kept), segments, mem, rc)
+        if bound is not None:
+            bound = min(float(bound), rc)
+        return CheckpointSet(tuple(names[v] for v in kept), segments, mem, rc, bound)
 
     # ------------------------------------------------------------------ least memory
     def least_memory(self) -> tuple[float, float, list[int]]:
@@ -229,54 +287,59 @@ class _Search:
         The heap's least ``lb`` bounds every set not yet excluded, so stopping once it
         reaches ``(1 - gap)`` times the best recompute found leaves that set within ``gap``.
 
-        Each heap entry is ``(lb, lo, hi, step)``: no set that fits the budget, has its largest
+        Each heap entry is an :class:`_Interval`: no set that fits the budget, has its largest
         segment in ``[lo, hi]`` and recompute below ``lb`` exists. An evaluation looks for the
         sets under ``cap = lb + step * lb`` only, which the Lagrangian bounds prune hard;
-        finding none proves ``lb >= cap`` (the step then doubles, up to 8 %).
+        finding none proves ``lb >= cap`` (the step then grows, up to 8 %). An evaluation
+        whose fronts outgrow ``FRONT_LIMIT`` is abandoned for narrower intervals or a
+        smaller step (:meth:`_abandon`).
+
+        Returns ``(best, bound)``: the best set found as ``(memory, recompute, kept)`` and a
+        lower bound on the least recompute of every set that fits (module docstring).
         """
         limit = budget + self.eps
         ctx = Context(self.graph.sizes, self.graph.costs, budget_mode=True, knapsack_limit=limit,
                       memory_limit=limit, deadline=deadline, bounded=self.tree,
                       lagrangian=Lagrangian.for_graph(self.graph.sizes, self.graph.costs))
-        best = incumbent
-        everything = list(range(1, len(self.graph) - 1))
-        mem_all, _, rc_all = memory_of(self.graph, everything)
-        if mem_all <= limit and rc_all < best[1]:
-            best = (mem_all, rc_all, everything)
-        best = self._greedy(budget, best)
+        best = self._first_incumbent(budget, incumbent)
         unit = 1.0 if self.integral else self.tol
-        heap = [(0.0, 0.0, math.floor(budget) if self.integral else budget, 0.01)]
+        heap = [_Interval(0.0, 0.0, math.floor(budget) if self.integral else budget, 0.01)]
+        floor = np.inf  # no set in an interval dropped against `stop` has recompute below it
         while heap:
-            lb, lo, hi, step = heapq.heappop(heap)
+            box = heapq.heappop(heap)
+            lb, lo, hi, step = box
             stop = best[1] * (1 - max(gap, 1e-12)) if best[1] > 0 else -np.inf
-            if lb >= stop:
+            if lb >= stop:  # every interval left, this one included, has none below lb
+                floor = min(floor, stop)
                 break
             ctx.rc_limit, ctx.seg_limit, ctx.size_limit = stop, hi + self.eps, budget - lo + self.eps
             ctx.cap = min(stop, lb + step * max(lb, 0.01 * stop))
             ctx.prebound = -np.inf  # set by the evaluation if the graph is a linear division
+            wide = hi - lo > max(MIN_WIDTH * budget, unit)
+            ctx.front_limit = FRONT_LIMIT if wide or step > MIN_STEP else np.inf
             try:
                 self.evaluations += 1
                 front = evaluate(self.tree, ctx, {"cc"})["cc"]
-            except TimeLimit:  # best-first: every set left has recompute >= lb
-                proven = f"{100 * (1 - lb / best[1]):.2g}%" if best[1] > 0 else "0%"
-                warnings.warn(
-                    "checkpoint_search: the time limit ran out; returning the best checkpoint "
-                    "set found, which fits the budget but may not have the least recompute "
-                    f"(it is within {proven} of the least).", RuntimeWarning, stacklevel=3)
-                return best
+            except FrontLimit:
+                for child in self._abandon(box, wide, unit):
+                    heapq.heappush(heap, child)
+                continue
+            except TimeLimit:  # best-first: every interval left has none below lb
+                bound = max(0.0, min(lb, floor, best[1]))
+                _warn_time_limit(best[1], bound)
+                return best, bound
             if len(front) == 0:  # nothing under the cap (or under the Lagrangian bound)
                 if ctx.cap < stop:
-                    heapq.heappush(heap, (max(ctx.cap, ctx.prebound), lo, hi, min(2 * step, 0.08)))
+                    heapq.heappush(heap, _Interval(max(ctx.cap, ctx.prebound), lo, hi,
+                                                   min(2 * step, MAX_STEP)))
+                else:
+                    floor = min(floor, stop)
                 continue
             order = np.lexsort((front.size, front.rc))
             least = float(front.rc[order[0]])
             fits = np.flatnonzero(front.size[order] + front.top[order] <= limit)
             if len(fits) and float(front.rc[order[fits[0]]]) < best[1]:
-                kept = self._kept(int(front.mask[order[fits[0]]]))
-                mem, _, rc = memory_of(self.graph, kept)
-                assert mem <= limit + 10 * self.eps, (
-                    "internal error: the division-tree DP disagrees with the memory model")
-                best = (mem, rc, kept)
+                best = self._fitting(int(front.mask[order[fits[0]]]), limit)
             if len(fits) and fits[0] == 0:
                 continue  # the interval's least relaxed set fits: none in it does better
             # Split so that the least set (largest segment m') is in no child: [lo, mid),
@@ -285,5 +348,59 @@ class _Search:
             mid = math.floor((lo + largest) / 2) if self.integral else (lo + largest) / 2
             for a, b in ((lo, mid - unit), (max(mid, lo), largest - unit), (largest, hi)):
                 if a <= b:
-                    heapq.heappush(heap, (least, a, b, 0.01))
-        return best
+                    heapq.heappush(heap, _Interval(least, a, b, 0.01))
+        # Ran to the end: with gap 0, `floor` only differs from the best by the 1e-12 margin
+        # that absorbs rounding in recompute sums; it is not counted against the bound.
+        return best, best[1] if gap == 0 else max(0.0, min(floor, best[1]))
+
+    def _first_incumbent(self, budget: float, incumbent):
+        """The better of ``incumbent``, "keep everything" (if it fits) and the greedy pass."""
+        everything = list(range(1, len(self.graph) - 1))
+        mem_all, _, rc_all = memory_of(self.graph, everything)
+        if mem_all <= budget + self.eps and rc_all < incumbent[1]:
+            incumbent = (mem_all, rc_all, everything)
+        return self._greedy(budget, incumbent)
+
+    def _fitting(self, mask: int, limit: float):
+        """``(memory, recompute, kept)`` of a set the DP found to fit ``limit``."""
+        kept = self._kept(mask)
+        mem, _, rc = memory_of(self.graph, kept)
+        assert mem <= limit + 10 * self.eps, (
+            "internal error: the division-tree DP disagrees with the memory model")
+        return mem, rc, kept
+
+    def _abandon(self, box: "_Interval", wide: bool, unit: float) -> list["_Interval"]:
+        """What replaces an interval whose evaluation outgrew ``FRONT_LIMIT``: its two halves
+        if it is wide (a narrower interval has a tighter relaxation, ``size <= budget - lo``,
+        so fewer partial sets pass the bounds), else itself with a quarter of the cap step
+        (the cap then passes fewer near-optimal partial sets). Both keep ``lb``: they cover
+        the same sets. Intervals narrower than ``MIN_WIDTH`` and steps of ``MIN_STEP`` run
+        without the limit, so at most about ``1 / MIN_WIDTH`` intervals come from halving
+        and four abandonments in a row from quartering the step."""
+        lb, lo, hi, step = box
+        if not wide:
+            return [_Interval(lb, lo, hi, max(step / 4, MIN_STEP))]
+        mid = math.ceil((lo + hi) / 2) if self.integral else (lo + hi) / 2  # lo < mid <= hi
+        return [_Interval(lb, lo, mid - unit, step), _Interval(lb, mid, hi, step)]
+
+
+class _Interval(NamedTuple):
+    """A max-term interval of the budgeted search: no fitting set with its largest segment
+    in ``[lo, hi]`` has recompute below ``lb``; the next evaluation caps recompute at
+    ``lb * (1 + step)`` (``step`` doubles, up to ``MAX_STEP``, when nothing is found)."""
+
+    lb: float
+    lo: float
+    hi: float
+    step: float
+
+
+def _warn_time_limit(best: float, bound: float) -> None:
+    """Say that the budgeted search stopped at its time limit, and how far from the least
+    recompute its best set may be (``bound``: a lower bound on the least)."""
+    proven = f"{100 * (1 - bound / best):.3g}%" if best > 0 else "0%"
+    warnings.warn(
+        "checkpoint_search: the time limit ran out; returning the best checkpoint set found, "
+        f"which fits the budget but may not have the least recompute (it is within {proven} "
+        f"of the least: recompute {best:.6g}, lower bound {bound:.6g}, kept as "
+        "CheckpointSet.recompute_lower_bound).", RuntimeWarning, stacklevel=4)

@@ -50,15 +50,23 @@ class Lagrangian:
 
     @classmethod
     def for_graph(cls, sizes: np.ndarray, costs: np.ndarray, count: int = 40) -> "Lagrangian":
-        """Multipliers ``0`` and ``count - 1`` log-spaced ones from half the least to eight
-        times the largest cost-per-byte ratio of an inner vertex."""
+        """Multipliers ``0``, ``count - 1`` log-spaced ones from half the least to eight
+        times the largest cost-per-byte ratio of an inner vertex, and the distinct such
+        ratios (``count`` of them at most, evenly picked). For single vertices the bound
+        ``sum(min(cost, lam * size)) - lam * L`` is concave and piecewise linear in ``lam``
+        with its kinks at their ratios, so it peaks at one of them; on Inception-v3 at a
+        50 % budget the log grid alone left the bound about 10 % below the optimum."""
         inner = slice(1, len(sizes) - 1)
         s, c = np.asarray(sizes[inner], dtype=float), np.asarray(costs[inner], dtype=float)
         useful = (s > 0) & (c > 0)
         lambdas = np.zeros(1)
         if useful.any():
             ratio = c[useful] / s[useful]
-            lambdas = np.concatenate(([0.0], np.geomspace(ratio.min() / 2, ratio.max() * 8, count - 1)))
+            grid = np.geomspace(ratio.min() / 2, ratio.max() * 8, count - 1)
+            kinks = np.unique(ratio)
+            if len(kinks) > count:  # keep the cost of the bounds in check: every k-th one
+                kinks = kinks[np.linspace(0, len(kinks) - 1, count).round().astype(int)]
+            lambdas = np.unique(np.concatenate(([0.0], grid, kinks)))
         scale = float(c.sum()) + lambdas * float(s.sum())
         return cls(lambdas, 1e-9 * np.maximum(scale, 1.0))
 

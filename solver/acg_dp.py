@@ -59,7 +59,7 @@ from .division import Complex, Leaf, Node, Parallel, Series
 from .fronts import EMPTY, Candidates, Front, pairs, prune, single
 from .graph_model import segment_masks
 
-__all__ = ["Context", "TimeLimit", "evaluate", "COMPLEX_LIMIT"]
+__all__ = ["Context", "TimeLimit", "FrontLimit", "evaluate", "COMPLEX_LIMIT"]
 
 COMPLEX_LIMIT = 12
 _MASK_BITS = 63  # local vertex masks of a complex division are int64
@@ -76,6 +76,11 @@ _Q_NEEDS = {"cc": {"cc", "oc"}, "oc": {"cc", "oc"}, "co": {"co", "sp", "jn"},
 
 class TimeLimit(Exception):
     """Raised inside an evaluation when :attr:`Context.deadline` has passed."""
+
+
+class FrontLimit(Exception):
+    """Raised inside an evaluation when a front of :attr:`Context.bounded` holds more than
+    :attr:`Context.front_limit` candidates."""
 
 
 @dataclasses.dataclass
@@ -103,14 +108,19 @@ class Context:
     bounded: Node | None = None
     cap: float = np.inf
     prebound: float = -np.inf
+    # Budget mode: the most candidates a front of ``bounded`` may hold (FrontLimit beyond).
+    front_limit: float = np.inf
 
     def prune(self, groups, state: str, bound=None) -> Front:
         if time.monotonic() > self.deadline:
             raise TimeLimit
-        return prune(groups, _COLUMNS[state], seg_limit=self.seg_limit,
-                     size_limit=self.size_limit, with_rc=self.budget_mode, record=self.record,
-                     rc_limit=self.rc_limit, tick=self.tick, memory_limit=self.memory_limit,
-                     bound=bound)
+        front = prune(groups, _COLUMNS[state], seg_limit=self.seg_limit,
+                      size_limit=self.size_limit, with_rc=self.budget_mode, record=self.record,
+                      rc_limit=self.rc_limit, tick=self.tick, memory_limit=self.memory_limit,
+                      bound=bound)
+        if bound is not None and len(front) > self.front_limit:
+            raise FrontLimit
+        return front
 
     def tick(self) -> None:
         if time.monotonic() > self.deadline:
