@@ -2,9 +2,11 @@
 
 Run: ``python benchmarks/linear_speed.py``. Each time is the best of a few runs after a
 warm-up call (numba compiles once, then its cache is reused). ``evals`` is how many bounds
-the fast method's branch and bound evaluated (each an O(n) DP); ``cubic`` evaluates every
-distinct segment sum and only runs while that takes a few seconds. Where both run, the
-script checks that their peaks agree.
+the fast method's branch and bound evaluated (each an O(n) DP). "tied blocks" is the
+family of ``solver.linear``'s Lemma 5, on which every exact method that only evaluates
+``cost`` needs at least n/4 evaluations; "+1e-9u" breaks its ties with noise. ``cubic``
+evaluates every distinct segment sum and only runs while that takes a few seconds. Where
+both run, the script checks that their peaks agree.
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from solver import min_peak_chain  # noqa: E402
-from solver.linear import _branch_and_bound  # noqa: E402
+from solver.linear import _branch_and_bound, tied_blocks  # noqa: E402
+
+def _padded(sizes: np.ndarray, n: int) -> np.ndarray:
+    """``sizes`` followed by zeros up to length ``n``."""
+    return np.concatenate([sizes, np.zeros(n - sizes.size)])
+
 
 FAMILIES = {
     "uniform[0,1)": lambda rng, n: rng.random(n),
@@ -31,6 +38,8 @@ FAMILIES = {
     "heavy tail exp^3": lambda rng, n: rng.exponential(size=n) ** 3,
     "lognormal s=2": lambda rng, n: rng.lognormal(0.0, 2.0, n),
     "zeros and ones": lambda rng, n: rng.integers(0, 2, n).astype(float),
+    "tied blocks": lambda rng, n: _padded(tied_blocks((n + 1) // 4), n),
+    "tied blocks+1e-9u": lambda rng, n: _padded(tied_blocks((n + 1) // 4), n) + 1e-9 * rng.random(n),
 }
 SIZES = (100, 1000, 10_000)
 CUBIC_MAX_N = 1000

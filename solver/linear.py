@@ -193,11 +193,38 @@ def _branch_and_bound(sizes: np.ndarray, prefix: np.ndarray, seed: int = 0) -> t
     such algorithm on every input. (Theorem 4 and this lower bound are from a helper's
     analysis in session 6; the weak-key re-push was added to make (i) hold.)
 
-    What this does *not* prove: a worst case below O(n^3). ``k`` is at most the number
-    ``K`` of breakpoints of ``cost``, which can be of order ``n^2`` (a hill-climbed
+    Lower bound (Lemma 5). On :func:`tied_blocks` ``(m)`` (``n = 4m - 1`` sizes: blocks
+    ``[T0, d, (j-1) d]`` for ``j = 1..m`` separated by zeros, ``T0 = 10 m d``, ``m >= 2``)
+    every certificate has at least ``m = (n+1)/4`` members. So every algorithm that learns
+    ``cost`` only by evaluating it (one O(n) DP each) needs ``Omega(n)`` evaluations,
+    ``Omega(n^2)`` time, on these inputs: no method of that kind has a worst case below
+    ``n^2``, and ours is within an ``O(log n)`` factor of the best one on every input.
+      Proof. For ``S < T0`` every ``T0`` is kept: ``S + cost(S) >= m T0 > T0 + m d``. For
+      ``S >= T0`` keep the zeros (free), so the blocks are independent. Block ``j`` can stay
+      whole iff ``T0 + j d <= S``. Otherwise it keeps a value. Keeping its ``d`` is
+      cheapest: ``T0`` costs more, ``(j-1) d >= d`` for ``j >= 2``, and for ``j = 1``
+      keeping the ``0`` leaves the run ``T0 + d > S``. Keeping ``d`` leaves runs
+      ``T0, (j-1) d <= S``. So ``cost(S) = d #{j : T0 + j d > S}`` and ``S + cost(S) >= v* =
+      T0 + m d``, with equality exactly at the candidates ``x_i = T0 + i d``, ``i = 0..m``
+      (the run ``T0``, and the run ``T0, d, (i-1) d`` of block ``i``). Now suppose
+      consecutive members ``z < z'`` of a certificate (with ``0`` and ``P[n]``) had ``z <
+      x_i`` and ``z' >= x_{i+1}``. Then ``cost(z) >= cost(x_i) > cost(x_{i+1}) >=
+      cost(z')``, and ``x_i`` lies strictly between them. Also ``z+ + cost(z') <= x_i +
+      cost(x_{i+1}) = v* - d < v*``. So the pair passes none of the three tests, and each
+      of the ``m`` ranges ``[x_i, x_{i+1})`` holds a member. [] (A helper found the family
+      in session 8 by looking for tied optima; the certificate argument is ours.) Measured
+      with ``d = 1`` (``benchmarks/linear_speed.py``, n padded with one zero): the search
+      makes 265 and 2520 evaluations at ``n = 1000`` and ``10 000``, about ``m``, taking
+      0.31 s at ``n = 10 000``. With ties broken by ``1e-9`` noise it makes 3749
+      evaluations (0.44 s). This is the most evaluations of any family we know.
+
+    What this does *not* prove: a worst case below O(n^3). The gap between ``Omega(n^2)``
+    (Lemma 5, for evaluation-based methods) and ``O(n^3)`` is open. ``k`` is at most the
+    number ``K`` of breakpoints of ``cost``, which can be of order ``n^2`` (a hill-climbed
     instance of 16 sizes has 120 breakpoints), and we know no bound on ``k`` below ``N``:
     hill-climbing that maximises ``k`` reached 16, 20, 30, 29 and 29 at n = 10, 20, 30, 40
-    and 50. Routes to a sub-cubic worst case that we checked and that fail: (i) sweeping
+    and 50 on real sizes, and 17, 22, 29, 50 at n = 10, 20, 40, 80 on integers 0..1000
+    (session 8), against ``m = (n+1)/4`` on Lemma 5's family. Routes to a sub-cubic worst case that we checked and that fail: (i) sweeping
     the breakpoints of ``cost`` (one DP each) is O(n K), cubic for such inputs, and
     maintaining the DP under the O(n^2) window expansions changes ``h[k]`` once per
     breakpoint of each prefix, about ``n^2.5`` times on mirrored geometric sizes; (ii) a
@@ -242,6 +269,20 @@ def _branch_and_bound(sizes: np.ndarray, prefix: np.ndarray, seed: int = 0) -> t
         heapq.heappush(heap, (smallest + cost_pivot, a, cost_a, pivot, cost_pivot))
         heapq.heappush(heap, (pivot + cost_b, pivot, cost_pivot, b, cost_b))
     return best_bound, evaluations
+
+
+def tied_blocks(m: int, d: float = 1.0) -> np.ndarray:
+    """Lemma 5's sizes: blocks ``[T0, d, (j-1) d]``, ``j = 1..m``, between zeros, ``T0 = 10 m d``.
+
+    ``4m - 1`` sizes whose least peak ``T0 + m d`` is attained at ``m + 1`` largest-segment
+    bounds, each needing its own evaluation: the hardest input we know for ``"fast"``
+    (see :func:`_branch_and_bound`). Used by the tests and ``benchmarks/linear_speed.py``.
+    """
+    if m < 2:
+        raise ValueError(f"tied_blocks: m must be at least 2, got {m}.")
+    top = 10.0 * m * d
+    blocks = np.array([[top, d, (j - 1) * d, 0.0] for j in range(1, m + 1)])
+    return blocks.ravel()[:-1]
 
 
 def _cubic_bound(sizes: np.ndarray, prefix: np.ndarray) -> float:

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver import CheckpointSet, min_peak_chain
+from solver.linear import _bounded_cost, _branch_and_bound, tied_blocks
 
 METHODS = ("cubic", "fast")
 
@@ -92,6 +93,32 @@ def test_fast_equals_cubic_on_longer_chains(family):
         cubic = min_peak_chain(sizes, method="cubic")
         check_structure(sizes, fast)
         assert fast.peak == pytest.approx(cubic.peak, rel=1e-12)
+
+
+@pytest.mark.parametrize("m", [2, 3, 10, 40])
+def test_tied_blocks_lower_bound_family(m):
+    # Lemma 5 (solver/linear.py): the least peak T0 + m d is attained at exactly the m + 1
+    # bounds T0 + i d, and every exact search must evaluate a bound in each gap between.
+    sizes = tied_blocks(m)
+    top, optimum = 10.0 * m, 11.0 * m
+    assert sizes.size == 4 * m - 1
+    if sizes.size <= 14:
+        assert brute_force_peak(sizes) == optimum
+    for method in METHODS:
+        result = min_peak_chain(sizes, method=method)
+        check_structure(sizes, result)
+        assert result.peak == optimum
+    prefix = np.concatenate(([0.0], np.cumsum(sizes)))
+    parent = np.empty(sizes.size + 2, np.int64)
+    for i in range(m + 1):
+        bound = top + i
+        assert bound + _bounded_cost(sizes, prefix, bound, parent) == optimum
+        between = bound + 0.5
+        assert between + _bounded_cost(sizes, prefix, between, parent) > optimum
+    assert top - 1 + _bounded_cost(sizes, prefix, top - 1, parent) > optimum
+    assert _branch_and_bound(sizes, prefix)[1] >= m
+    with pytest.raises(ValueError, match="at least 2"):
+        tied_blocks(1)
 
 
 def test_hand_worked():
