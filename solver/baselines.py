@@ -228,7 +228,8 @@ def _revolve_tree(length, snaps, table):
 
 
 @njit(cache=True)
-def _walk(snaps, table, x, xbar, ftmp, btmp, fwd, bwd, ftape, fprefix, first, sparse):
+def _walk(snaps, table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fprefix, first,
+          sparse):
     """``(time, peak, nesting)`` of revolve with ``snaps`` snapshots, from its plan tree.
 
     Nodes are costed children first: a node's peak above the memory it starts from, and
@@ -238,7 +239,10 @@ def _walk(snaps, table, x, xbar, ftmp, btmp, fwd, bwd, ftape, fprefix, first, sp
     from the sparse table) and leaves ``x[b]``; ``F_all``, the loss and ``B`` as listed
     there; a body run swaps ``g[b]`` for ``g[a]`` and frees ``x[a]`` if stored on its own.
     A node's last layer runs ``F_all`` while ``g[last+1]`` is held (``ftape``, the chain's
-    ``fwd_tape_time``), except the root's, which the loss follows (``fwd``).
+    ``fwd_tape_time``), except the root's, which the loss follows (``fwd``). Outputs outside
+    the tape (``inside`` false): that ``F_all`` stores ``tape`` (the chain's ``tape_size``)
+    and drops the output, which still counts in its peak; the root's stores the output on
+    its own as well, and the loss frees it.
     """
     L = fwd.shape[0]
     start, steps, alone, item_lo, item_hi = _revolve_tree(L, snaps, table)
@@ -259,15 +263,17 @@ def _walk(snaps, table, x, xbar, ftmp, btmp, fwd, bwd, ftape, fprefix, first, sp
             mem += x[b]
             time += fprefix[b] - fprefix[a]
         last = start[k] + steps[k] - 1
-        mem += xbar[last]  # F_all(last)
-        peak = max(peak, mem + ftmp[last])
+        peak = max(peak, mem + xbar[last] + ftmp[last])  # F_all(last)
+        mem += xbar[last] if k == 0 else tape[last]
         time += fwd[last] if k == 0 else ftape[last]
-        if k == 0:  # the loss: x[L] sits in tape[L-1], so it only adds g[L]
+        if k == 0:  # the loss: x[L] sits in tape[L-1] or on its own; it adds g[L]
             mem += x[L]
             peak = max(peak, mem)
+            if not inside[last]:
+                mem -= x[L]
         peak = max(peak, mem + x[last] + btmp[last])  # B(last) stores g[last], then frees
         last_alone = item_hi[k] > item_lo[k] or alone[k]
-        mem += x[last] - x[last + 1] - xbar[last] - (x[last] if last_alone else 0.0)
+        mem += x[last] - x[last + 1] - tape[last] - (x[last] if last_alone else 0.0)
         time += bwd[last]
         for t in range(item_hi[k] - 1, item_lo[k] - 1, -1):  # the bodies, last first
             child = t + 1
@@ -281,7 +287,8 @@ def _walk(snaps, table, x, xbar, ftmp, btmp, fwd, bwd, ftape, fprefix, first, sp
 
 
 @njit(cache=True)
-def _walk_all(table, x, xbar, ftmp, btmp, fwd, bwd, ftape, fprefix, first, sparse):
+def _walk_all(table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fprefix, first,
+              sparse):
     """``(times, peaks, nestings)`` of revolve with ``1 .. L-1`` snapshots (index ``s - 1``)."""
     count = max(1, fwd.shape[0] - 1)
     times = np.empty(count)
@@ -289,7 +296,8 @@ def _walk_all(table, x, xbar, ftmp, btmp, fwd, bwd, ftape, fprefix, first, spars
     nestings = np.empty(count, np.int64)
     for s in range(1, count + 1):
         times[s - 1], peaks[s - 1], nestings[s - 1] = _walk(
-            s, table, x, xbar, ftmp, btmp, fwd, bwd, ftape, fprefix, first, sparse)
+            s, table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fprefix, first,
+            sparse)
     return times, peaks, nestings
 
 
@@ -318,7 +326,8 @@ def revolve_costs(chain: Chain) -> tuple[tuple[int, ...], np.ndarray, np.ndarray
     # F_none(k) peaks at x[k] + x[k+1] + ftmp[k] above its base (k >= 1; entry 0 unused).
     inner = np.concatenate([[-np.inf], x[1:-1] + x[2:] + ftmp[1:]])
     times, peaks, nestings = _walk_all(
-        _beta_table(chain.length), x, chain.xbar_size, ftmp, chain.bwd_tmp, chain.fwd_time,
+        _beta_table(chain.length), x, chain.xbar_size, chain.tape_size, chain.output_in_tape,
+        ftmp, chain.bwd_tmp, chain.fwd_time,
         chain.bwd_time, chain.fwd_tape_time, np.concatenate([[0.0], np.cumsum(chain.fwd_time)]),
         x[1:] + ftmp,
         _sparse_max_table(inner))

@@ -1,5 +1,6 @@
 """Baselines: valid plans, simulator costs, InfeasibleBudget thresholds, revolve's counts."""
 
+import dataclasses
 import functools
 import math
 
@@ -172,14 +173,33 @@ def test_revolve_picks_the_fastest_snapshot_count_that_fits(length, seed, fracti
 
 
 @settings(max_examples=30, deadline=None)
-@given(length=st.integers(1, 20), seed=st.integers(0, 10**6), tape=st.booleans())
-def test_revolve_costs_equal_the_simulator(length, seed, tape):
+@given(length=st.integers(1, 20), seed=st.integers(0, 10**6), tape=st.booleans(),
+       flags=st.sampled_from(["all", "none", "random"]))
+def test_revolve_costs_equal_the_simulator(length, seed, tape, flags):
     chain = random_chain(length, seed, tape_forwards=tape)
+    if flags != "all":  # outputs outside the tape: the walk must free them as the simulator does
+        inside = np.random.default_rng(seed).random(length) < 0.5 if flags == "random" else False
+        chain = dataclasses.replace(chain, output_in_tape=np.broadcast_to(inside, (length,)))
     counts, times, peaks = revolve_costs(chain)
     assert counts == tuple(range(1, max(2, length)))
     for s, time, peak in zip(counts, times, peaks):
         schedule = make_schedule(chain, revolve_plan(length, s))
         assert schedule.peak == peak and schedule.time == pytest.approx(time, rel=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(length=st.integers(2, 12), seed=st.integers(0, 10**6))
+def test_revolve_min_budget_works_with_outputs_outside_the_tape(length, seed):
+    # The smallest budget an InfeasibleBudget names must itself be accepted (it once was
+    # not: the tree walk ignored output_in_tape and overestimated the peaks).
+    chain = random_chain(length, seed)
+    inside = np.random.default_rng(seed).random(length) < 0.5
+    chain = dataclasses.replace(chain, output_in_tape=inside)
+    with pytest.raises(InfeasibleBudget) as info:
+        baseline_schedule(chain, "revolve", 0.0)
+    schedule = baseline_schedule(chain, "revolve", info.value.min_budget)
+    assert schedule.peak == info.value.min_budget
+    assert (schedule.time, schedule.peak) == simulate(chain, schedule.ops)
 
 
 def test_revolve_on_long_chains_skips_only_the_deepest_plan():
