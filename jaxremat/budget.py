@@ -41,6 +41,7 @@ __all__ = ["parse_budget", "resolve_budget", "check_budget", "format_bytes"]
 _MAX_EXPONENT = 60  # keeps "1e999999999" from building a gigantic integer
 _BINARY = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _DECIMAL = {"k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
+_MAX_BYTES = 10**_MAX_EXPONENT * _BINARY["t"]  # float-safe; far beyond any device
 
 _EXAMPLES = (
     "valid budgets look like 2_000_000_000 (bytes), 1.5e9, '1.5GiB', '800MB', '512 KiB', "
@@ -70,7 +71,12 @@ def _unit_multiplier(unit: str) -> int | None:
 
 
 def _checked(value: fractions.Fraction, shown: object) -> int:
-    """Round ``value`` down to bytes; reject anything below one byte."""
+    """Round ``value`` down to bytes; reject anything below one byte or absurdly large."""
+    if value > _MAX_BYTES:
+        raise ValueError(
+            f"Memory budget {shown!r} is out of any sensible range (more than "
+            f"1e{_MAX_EXPONENT} of the largest unit); {_EXAMPLES}."
+        )
     result = math.floor(value)
     if result < 1:
         if value > 0:
@@ -168,4 +174,10 @@ def resolve_budget(budget: int | float | str, no_remat_bytes: float) -> int:
     share = _share(budget)
     if share is None:
         return parse_budget(budget)
+    if isinstance(no_remat_bytes, bool) or not isinstance(no_remat_bytes, numbers.Real) or not (
+            0 < no_remat_bytes < math.inf):
+        raise ValueError(
+            f"A share budget such as {budget!r} needs the no-remat memory as a positive finite "
+            f"number of bytes, got {no_remat_bytes!r}."
+        )
     return max(1, int(share * no_remat_bytes))

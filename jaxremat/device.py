@@ -13,6 +13,7 @@ and ``fraction`` leaves head room for XLA's own workspace and fragmentation.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Mapping
 
 import jax
@@ -111,8 +112,8 @@ def budget_from_device(
       ValueError: the backend reports no memory limit (CPU: ``memory_stats()`` is None), so
         an explicit budget is needed; or the model and optimizer alone exceed the device.
     """
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}.")
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be a number in (0, 1], such as 0.9; got {fraction!r}.")
     if memory_stats is None:
         device = jax.devices()[0] if device is None else device
         memory_stats = device.memory_stats()
@@ -125,6 +126,11 @@ def budget_from_device(
             f"{where} reports no memory limit (memory_stats() gives no 'bytes_limit'; on CPU "
             "it is None), so the budget cannot be derived from the device. Pass an explicit "
             "budget instead, e.g. budget='2GiB' or budget=2_000_000_000."
+        )
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not 0 < limit < math.inf:
+        raise ValueError(
+            f"{where} reports bytes_limit={limit!r}, not a positive number of bytes. Pass an "
+            "explicit budget instead, e.g. budget='2GiB'."
         )
     param_bytes = tree_device_bytes(params) if params is not None else 0
     grad_bytes = _gradient_bytes(params) if params is not None else 0

@@ -9,6 +9,7 @@ input kept as a checkpoint, recomputed ``n`` times). ``print(plan)`` shows it.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Any, Sequence
 
 import solver
@@ -17,7 +18,7 @@ from solver.compare import budget_range, compare_methods, format_table
 from solver.solve import ORACLE_METHODS
 
 from .budget import resolve_budget
-from .profile import LayerProfile, Profile
+from .profile import COSTS, LayerProfile, Profile
 
 __all__ = ["Plan", "check_method", "solve_plan"]
 
@@ -190,6 +191,19 @@ def check_method(method: str) -> None:
         )
     if method not in solver.METHODS:
         raise ValueError(f"method must be one of {solver.METHODS}, got {method!r}.")
+
+
+def check_settings(method: str, costs: str, slots: int) -> None:
+    """Raise ``ValueError`` naming the fix unless ``method`` (:func:`check_method`), ``costs``
+    and ``slots`` are valid: the checks every frontend runs before it profiles anything."""
+    check_method(method)
+    if costs not in COSTS:
+        raise ValueError(f"costs must be one of {COSTS}, got {costs!r}.")
+    if isinstance(slots, bool) or not isinstance(slots, numbers.Integral) or slots < 1:
+        raise ValueError(
+            f"slots must be a positive integer (the default is 500), got {slots!r}. More slots "
+            "round sizes more finely, at a cost linear in slots."
+        )
 
 
 def solve_plan(

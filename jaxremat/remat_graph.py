@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import numbers
 from typing import Any, Callable
 
 import jax
@@ -52,6 +53,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.extend.core import ClosedJaxpr, DebugInfo, Jaxpr, Literal, jaxpr_as_fun
 
 import solver
+from solver.errors import check_real
 from solver.graph_model import memory_of, strongly_connected
 
 from .budget import check_budget, format_bytes, resolve_budget
@@ -273,11 +275,24 @@ def _scalar(out: Any) -> jax.Array:
     return sum(leaves, jnp.zeros((), jnp.float32))
 
 
+def check_graph_settings(max_vertices: int, time_limit: float | None) -> None:
+    """Raise ``ValueError`` naming the fix unless ``max_vertices`` is a positive integer and
+    ``time_limit`` is ``None`` or a finite number of seconds ``>= 0``."""
+    if isinstance(max_vertices, bool) or not isinstance(max_vertices, numbers.Integral) or (
+            max_vertices < 1):
+        raise ValueError(
+            f"max_vertices must be a positive integer (the default is 1000), got {max_vertices!r}."
+        )
+    if time_limit is not None:
+        check_real(time_limit, "time_limit", hint="Pass seconds (the default is 30), or None.")
+
+
 class RematGraph:
     """``fn`` run with Feng & Huang's checkpoints. Create it with :func:`remat_graph`."""
 
     def __init__(self, fn: Callable, budget: int | str | None, max_vertices: int,
                  time_limit: float | None) -> None:
+        check_graph_settings(max_vertices, time_limit)
         self.fn = fn
         self.budget = None if budget is None else check_budget(budget)
         self.max_vertices = max_vertices
@@ -387,7 +402,7 @@ def remat_graph(
     has more than ``max_vertices`` operations; ``solver.InfeasibleBudget`` (a
     ``ValueError``) when even the least-memory checkpoints measure more than the budget,
     with that smallest budget in ``min_budget`` and in the message. At construction:
-    ``ValueError`` for a malformed budget.
+    ``ValueError`` for a malformed budget, ``max_vertices`` or ``time_limit``.
     """
     if not callable(fn):
         raise TypeError(f"remat_graph expects a function fn(params, x), got {type(fn).__name__}.")

@@ -40,8 +40,8 @@ import solver
 
 from .apply import BACKENDS, apply_plan
 from .budget import check_budget
-from .plan import Plan, check_method, solve_plan
-from .profile import COSTS, profile_sequence
+from .plan import Plan, check_settings, solve_plan
+from .profile import profile_sequence
 from .trace_state import is_differentiated, vmap_batch_size
 from .trees import abstractify, check_layers, check_params, signature
 
@@ -70,13 +70,9 @@ class RematSequence:
     ) -> None:
         self._layers = check_layers(layers)
         self._budget = check_budget(budget)
-        check_method(method)
+        check_settings(method, costs, slots)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}.")
-        if costs not in COSTS:
-            raise ValueError(f"costs must be one of {COSTS}, got {costs!r}.")
-        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-            raise ValueError(f"slots must be a positive integer, got {slots!r}.")
         self._method, self._backend, self._costs, self._slots = method, backend, costs, slots
         self._cache: dict[tuple, Plan] = {}
         self.profile_count = 0

@@ -123,7 +123,7 @@ from .acg_bounds import Lagrangian
 from .acg_dp import Context, FrontLimit, TimeLimit, evaluate
 from .checkpoint_set import CheckpointSet
 from .division import Node, division_tree
-from .errors import InfeasibleBudget
+from .errors import InfeasibleBudget, check_real
 from .graph import Graph
 from .graph_model import memory_of, segments_of
 
@@ -173,18 +173,24 @@ def checkpoint_search(
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"checkpoint_search expects a solver.Graph, got {type(graph).__name__}.")
+    if budget is None and (time_limit is not None or gap != 0.0):
+        raise ValueError(
+            "checkpoint_search: time_limit and gap apply to the budgeted search only; pass a "
+            "budget, or leave them out (the least-memory search always runs to the end)."
+        )
+    if budget is not None:
+        budget = check_real(budget, "budget", hint="Pass the memory available, in bytes.")
+        gap = check_real(gap, "gap", below=1.0, hint="Pass a relative gap such as 0.01 (0: exact).")
+        if time_limit is not None:
+            time_limit = check_real(time_limit, "time_limit",
+                                    hint="Pass seconds, or None for no limit.")
     search = _Search(graph)
     mem, rc, kept = search.least_memory()
     bound = None
     if budget is not None:
-        budget = float(budget)
-        if not math.isfinite(budget) or budget < 0:
-            raise ValueError(f"budget must be a finite non-negative number of bytes, got {budget!r}.")
-        if not 0.0 <= gap < 1.0:
-            raise ValueError(f"gap must be a relative gap in [0, 1), such as 0.01; got {gap!r}.")
         if mem > budget + search.eps:
             raise InfeasibleBudget(budget, mem, _METHOD, units="bytes")
-        deadline = np.inf if time_limit is None else time.monotonic() + float(time_limit)
+        deadline = np.inf if time_limit is None else time.monotonic() + time_limit
         (mem, rc, kept), bound = search.least_recompute(budget, incumbent=(mem, rc, kept),
                                                         deadline=deadline, gap=gap)
     return search.result(kept, bound)

@@ -12,15 +12,18 @@ arXiv:1911.13214), section 3.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Sequence
 
 import numpy as np
+
+from .errors import float_array
 
 __all__ = ["Chain"]
 
 
 def _as_vector(name: str, values: Sequence[float] | np.ndarray, length: int) -> np.ndarray:
-    array = np.asarray(values, dtype=np.float64)
+    array = float_array(values, f"Chain.{name} ({length} entries)")
     if array.ndim != 1:
         raise ValueError(f"Chain.{name} must be one-dimensional, got shape {array.shape}.")
     if array.shape[0] != length:
@@ -100,7 +103,7 @@ class Chain:
     fwd_tape_time: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        fwd = np.asarray(self.fwd_time)
+        fwd = float_array(self.fwd_time, "Chain.fwd_time (one entry per layer)")
         if fwd.ndim != 1 or fwd.shape[0] == 0:
             raise ValueError(
                 f"Chain.fwd_time must be a non-empty 1-d sequence (one entry per layer), "
@@ -120,6 +123,13 @@ class Chain:
         for name, (values, n) in fields.items():
             object.__setattr__(self, name, _as_vector(name, values, n))
         object.__setattr__(self, "output_in_tape", _as_flags(self.output_in_tape, length))
+        with np.errstate(over="ignore"):
+            totals = [float(np.sum(getattr(self, name))) for name in fields]
+        if not all(np.isfinite(totals)):
+            raise ValueError(
+                "Chain: the sizes or times sum to infinity in float64; express them in larger "
+                "units (e.g. MiB instead of bytes, ms instead of ns)."
+            )
         short = np.flatnonzero(self.xbar_size < self.x_size[1:])
         if short.size:
             i = int(short[0])
@@ -168,7 +178,7 @@ class Chain:
         xbar_size: float | None = None,
     ) -> "Chain":
         """A chain of ``length`` identical layers (the setting of revolve)."""
-        if length < 1:
+        if isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 1:
             raise ValueError(f"A chain needs at least one layer, got length={length}.")
         return cls(
             fwd_time=np.full(length, fwd_time),

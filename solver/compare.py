@@ -15,7 +15,7 @@ import numpy as np
 
 from .baselines import baseline_schedule
 from .chain import Chain
-from .errors import InfeasibleBudget, format_bytes
+from .errors import InfeasibleBudget, check_real, format_bytes
 from .rotor import rotor_min_budget
 from .solve import METHODS, solve
 
@@ -75,6 +75,9 @@ def compare_methods(
     """Solve ``chain`` with each of ``methods`` at each budget (``slots`` for Rotor)."""
     reference = baseline_schedule(chain, "none", math.inf)
     rows = []
+    budgets = [check_real(budget, "every budget", strict=True,
+                          hint="Pass the memory available, in the chain's units.")
+               for budget in budgets]
     for budget in budgets:
         times, peaks, source = [], [], None
         for method in methods:

@@ -1,8 +1,48 @@
-"""Errors raised by the solvers."""
+"""Errors raised by the solvers, and the argument checks that raise them."""
 
 from __future__ import annotations
 
-__all__ = ["InfeasibleBudget", "format_bytes"]
+import math
+import numbers
+
+import numpy as np
+
+__all__ = ["InfeasibleBudget", "format_bytes", "check_real", "float_array"]
+
+
+def float_array(values: object, description: str) -> np.ndarray:
+    """``values`` as a float64 array, or ``ValueError("<description> must be a sequence of
+    real numbers, got ...")`` instead of numpy's conversion error."""
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{description} must be a sequence of real numbers, got {values!r}.") from None
+
+
+def check_real(value: object, name: str, *, minimum: float = 0.0, strict: bool = False,
+               below: float | None = None, finite: bool = True, hint: str = "") -> float:
+    """``value`` as a float, if it is a real number (not a bool) within the stated range.
+
+    The range is ``value >= minimum`` (``> minimum`` with ``strict``), ``value < below``
+    when given, and finite unless ``finite=False`` (then ``inf`` passes, NaN never does).
+
+    Raises:
+      ValueError: naming ``name``, the range and the value, followed by ``hint`` (what to
+        pass instead).
+    """
+    number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
+    ok = (
+        number is not None
+        and not math.isnan(number)
+        and (math.isfinite(number) or not finite)
+        and (number > minimum if strict else number >= minimum)
+        and (below is None or number < below)
+    )
+    if not ok:
+        bounds = f"{'>' if strict else '>='} {minimum:g}" + (f" and < {below:g}" if below is not None else "")
+        kind = "a finite number" if finite else "a number"
+        raise ValueError(f"{name} must be {kind} {bounds}, got {value!r}." + (f" {hint}" if hint else ""))
+    return number
 
 
 def format_bytes(n: float) -> str:

@@ -42,6 +42,7 @@ import math
 from typing import Iterable, Iterator, Union
 
 from .chain import Chain
+from .errors import check_real
 from .schedule import Op, OpKind
 from .simulate import MemoryState, apply_op, drop, initial_state
 
@@ -232,16 +233,21 @@ def exhaustive_search(chain: Chain, budget: float) -> ExhaustiveResult | None:
     second up to 4 layers and seconds at 6.
 
     Raises:
-      ValueError: the chain has more than ``MAX_EXHAUSTIVE_LAYERS`` layers (the number of
-        memory states grows like ``8**L``; use ``solver.solve`` for longer chains).
+      TypeError: ``chain`` is not a :class:`Chain`.
+      ValueError: ``budget`` is not a finite number ``>= 0``, or the chain has more than
+        ``MAX_EXHAUSTIVE_LAYERS`` layers (the number of memory states grows like ``8**L``;
+        use ``solver.solve`` for longer chains).
     """
+    if not isinstance(chain, Chain):
+        raise TypeError(f"exhaustive_search expects a solver.Chain, got {type(chain).__name__}.")
+    budget = check_real(budget, "budget", hint="Pass the memory available, in the chain's units.")
     if chain.length > MAX_EXHAUSTIVE_LAYERS:
         raise ValueError(
             f"exhaustive search handles chains of at most {MAX_EXHAUSTIVE_LAYERS} layers, got "
             f"{chain.length}: the memory states grow like 8**L. Use solver.solve for longer "
             "chains."
         )
-    return _Search(chain, float(budget)).run()
+    return _Search(chain, budget).run()
 
 
 def exhaustive_optimum(chain: Chain, budget: float) -> float:

@@ -50,6 +50,8 @@ def _weights(kind: str, values, names: Sequence[Hashable], default: float | None
 
 
 def _number(kind: str, name: Hashable, value) -> float:
+    if isinstance(value, (bool, str, bytes)):
+        raise ValueError(f"Graph vertex {name!r}: {kind[:-1]} {value!r} is not a number.")
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -111,6 +113,12 @@ class Graph:
             that is missing, not a number, negative or not finite. The message names the
             offending vertex.
         """
+        for name, value in (("edges", edges), ("sizes", sizes)):
+            if value is None or isinstance(value, (str, bytes)):
+                raise ValueError(
+                    f"Graph.from_edges: {name} must be a sequence (edges: (u, v) pairs; sizes: "
+                    f"a mapping or a sequence of numbers), got {value!r}."
+                )
         if isinstance(sizes, Mapping):
             given = list(sizes.keys())
         else:
@@ -126,6 +134,8 @@ class Graph:
         pairs: set[tuple[int, int]] = set()
         for edge in edges:
             try:
+                if isinstance(edge, (str, bytes)):  # "ab" would unpack to ("a", "b")
+                    raise TypeError
                 u, v = edge
             except (TypeError, ValueError):
                 raise ValueError(f"Graph edge {edge!r} is not a (u, v) pair.") from None

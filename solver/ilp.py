@@ -231,7 +231,7 @@ from typing import Hashable, Literal, Sequence
 import numpy as np
 from scipy import optimize
 
-from .errors import InfeasibleBudget
+from .errors import InfeasibleBudget, check_real
 from .graph import Graph
 from .ilp_model import IlpModel
 from .training_graph import TrainingGraph
@@ -350,6 +350,11 @@ def _check_result(result: optimize.OptimizeResult, time_limit: float) -> None:
         )
 
 
+def _check_time_limit(time_limit: object) -> float:
+    return check_real(time_limit, "time_limit",
+                      hint="Pass the seconds HiGHS may spend (default 60).")
+
+
 def ilp_min_peak(
     graph: Graph | TrainingGraph,
     *,
@@ -364,6 +369,7 @@ def ilp_min_peak(
     If the time limit stops HiGHS before it proves optimality, warns and returns the best
     peak found, an upper bound.
     """
+    time_limit = _check_time_limit(time_limit)
     training = _training(graph, backward_costs)
     model = IlpModel(training, _formulation(formulation), min_peak=True,
                      backward_recompute=backward_recompute)
@@ -416,9 +422,11 @@ def solve_ilp(
         least budget that does (:func:`ilp_min_peak`).
       RuntimeError: the time limit passed before any schedule was found.
     """
-    budget = float(budget)
-    if not budget >= 0:
-        raise ValueError(f"budget must be a non-negative number, got {budget!r}.")
+    budget = check_real(budget, "budget", finite=False,
+                        hint="Pass the memory available, in the units of the sizes.")
+    time_limit = _check_time_limit(time_limit)
+    mip_gap = check_real(mip_gap, "mip_gap", below=1.0,
+                         hint="Pass a relative gap such as 0.01 (0: prove optimality).")
     training = _training(graph, backward_costs)
     model = IlpModel(training, _formulation(formulation), min_peak=False,
                      backward_recompute=backward_recompute)

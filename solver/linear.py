@@ -57,6 +57,7 @@ import numpy as np
 from numba import njit
 
 from .checkpoint_set import CheckpointSet
+from .errors import float_array
 
 __all__ = ["min_peak_chain"]
 
@@ -294,7 +295,7 @@ def _cubic_bound(sizes: np.ndarray, prefix: np.ndarray) -> float:
 
 
 def _validate(sizes: Sequence[float] | np.ndarray) -> np.ndarray:
-    array = np.asarray(sizes, dtype=np.float64)
+    array = float_array(sizes, "min_peak_chain: sizes")
     if array.ndim != 1:
         raise ValueError(
             f"min_peak_chain: sizes must be a one-dimensional sequence (one size per "
@@ -305,6 +306,13 @@ def _validate(sizes: Sequence[float] | np.ndarray) -> np.ndarray:
         i = int(bad[0])
         raise ValueError(
             f"min_peak_chain: sizes[{i}] = {float(array[i])!r}; sizes must be finite and non-negative."
+        )
+    with np.errstate(over="ignore"):
+        total = array.sum()
+    if not np.isfinite(total):
+        raise ValueError(
+            "min_peak_chain: the sizes sum to infinity in float64; express them in larger "
+            "units (e.g. MiB instead of bytes)."
         )
     return np.ascontiguousarray(array)
 

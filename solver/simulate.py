@@ -87,9 +87,11 @@ def _kind(op: Op) -> OpKind:
 def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, float, float]:
     """Apply one op; return ``(new_state, peak_candidate, time)`` or raise ``ValueError``."""
     kind = _kind(op)
+    if len(op) != 2:
+        raise ValueError(f"Op {op!r}: an op is a pair (kind, layer index).")
     i = op[1]
     L = chain.length
-    if not isinstance(i, (int,)) and not hasattr(i, "__index__"):
+    if isinstance(i, bool) or not hasattr(i, "__index__"):
         raise ValueError(f"Op {op!r}: the layer index must be an integer.")
     i = int(i)
     if kind is OpKind.LOSS:
@@ -214,10 +216,13 @@ def simulate(chain: Chain, ops: Iterable[Op], *, complete: bool = True) -> tuple
       ``(time, peak)``: the summed op times, and the peak memory including ``x[0]``.
 
     Raises:
-      ValueError: an unknown op, an index out of range, a needed value that is not
+      TypeError: ``chain`` is not a :class:`Chain`.
+      ValueError: an unknown or malformed op, an index out of range, a needed value that is not
         available, a value stored twice, or (with ``complete``) a sequence that never
         produces ``g[0]``.
     """
+    if not isinstance(chain, Chain):
+        raise TypeError(f"simulate expects a solver.Chain, got {type(chain).__name__}.")
     state = initial_state(chain)
     peak = state.memory
     time = 0.0

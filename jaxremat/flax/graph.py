@@ -36,7 +36,7 @@ import jax
 from flax import nnx
 
 from ..budget import check_budget
-from ..remat_graph import GraphPlan, remat_graph
+from ..remat_graph import GraphPlan, check_graph_settings, remat_graph
 from .nnx import _remember
 
 __all__ = ["RematModule"]
@@ -77,6 +77,7 @@ class RematModule(nnx.Module):
         if not isinstance(module, nnx.Module):
             raise TypeError(f"RematModule wraps an nnx.Module, got {type(module).__name__}; "
                             f"for a plain function use jaxremat.remat_graph.")
+        check_graph_settings(max_vertices, time_limit)
         self.module = module
         self.budget = None if budget is None else check_budget(budget)
         self.max_vertices = max_vertices

@@ -42,7 +42,7 @@ import flax.linen as nn
 import jax
 
 from ..apply import apply_plan
-from ..plan import Plan
+from ..plan import Plan, check_settings
 from ..budget import check_budget
 from .nnx import call_with_convention, plan_pure_layers, shared_function
 
@@ -111,6 +111,20 @@ class RematSequential(nn.Module):
     method: str = "rotor"
     slots: int = 500
     costs: str = "static"
+
+    def __post_init__(self) -> None:
+        # Check the settings when the module is built, not at its first apply.
+        if self.layers is None or not len(self.layers):
+            raise ValueError("RematSequential needs at least one layer: pass layers=[...].")
+        for i, layer in enumerate(self.layers):
+            if not callable(layer):
+                raise TypeError(
+                    f"layers[{i}] is a {type(layer).__name__}; each layer must be an nn.Module "
+                    "or a callable."
+                )
+        check_budget(self.budget)
+        check_settings(self.method, self.costs, self.slots)
+        super().__post_init__()
 
     def _pure_layers(self) -> tuple[tuple, tuple, list]:
         """``(keys, functions, variables)`` of the layers as pure functions."""

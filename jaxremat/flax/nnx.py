@@ -67,7 +67,7 @@ from flax import nnx
 
 from ..apply import apply_plan
 from ..budget import check_budget
-from ..plan import Plan, solve_plan
+from ..plan import Plan, check_settings, solve_plan
 from ..profile import Profile, profile_sequence
 from ..trace_state import is_differentiated, vmap_batch_size
 from ..trees import abstractify, signature
@@ -256,6 +256,13 @@ class RematSequential(nnx.Sequential):
         costs: str = "static",
     ) -> None:
         check_budget(budget)
+        check_settings(method, costs, slots)
+        for i, layer in enumerate(layers):
+            if not callable(layer):
+                raise TypeError(
+                    f"layers[{i}] is a {type(layer).__name__}; each layer must be an NNX module "
+                    "or a callable."
+                )
         super().__init__(*layers)
         self.budget = budget
         self.method = method
@@ -313,12 +320,16 @@ def remat_blocks(
     Returns:
       The decorator; it returns the same class with the two methods added.
     """
+    check_settings(method, costs, slots)
+    if budget is not None:
+        check_budget(budget)
     settings = dict(method=method, slots=slots, costs=costs)
 
     def budget_of(self: Any, override: Any) -> Any:
         if override is not None:
             return override
-        return getattr(self, "remat_budget", None) or budget
+        instance = getattr(self, "remat_budget", None)
+        return budget if instance is None else instance
 
     def blocks_of(self: Any) -> list:
         try:
@@ -328,7 +339,13 @@ def remat_blocks(
                 f"{type(self).__name__} has no attribute {attribute!r}: remat_blocks"
                 f"({attribute!r}) needs the blocks in self.{attribute} (a list of modules)."
             ) from None
-        return list(blocks)
+        try:
+            return list(blocks)
+        except TypeError:
+            raise TypeError(
+                f"{type(self).__name__}.{attribute} is a {type(blocks).__name__}; "
+                f"remat_blocks({attribute!r}) needs a list of modules there (e.g. nnx.List)."
+            ) from None
 
     def run(self: Any, *args: Any, budget: Any = None) -> Any:
         chosen = budget_of(self, budget)
