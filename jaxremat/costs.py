@@ -77,9 +77,13 @@ def jaxpr_costs(fn: Callable, *args: Any) -> dict[str, float]:
 def lowered_costs(fn: Callable, *args: Any) -> dict[str, float]:
     """The cost analysis of ``jax.jit(fn)`` on ``args`` (arrays or ``jax.ShapeDtypeStruct``)
     before XLA optimises: a dict with at least ``"flops"`` and ``"bytes accessed"``, from
-    XLA where the backend answers, else counted on the jaxpr (module docstring)."""
+    XLA where the backend answers, else counted on the jaxpr (module docstring): on the GPU
+    backend, and inside ``jax.shard_map``, which cannot lower a function on its own."""
     global LAST_SOURCE
-    found = _as_dict(jax.jit(fn).lower(*args).cost_analysis())
+    try:
+        found = _as_dict(jax.jit(fn).lower(*args).cost_analysis())
+    except ValueError:  # e.g. inside shard_map, where only an abstract mesh exists to lower on
+        found = None
     LAST_SOURCE = "lowered"
     if found is None:
         found = jaxpr_costs(fn, *args)

@@ -182,7 +182,9 @@ def trace_graph(fn: Callable, params: Any, x: Any, *, max_vertices: int = 1000) 
         members.setdefault(vertex_of[i], []).append(i)
     if not members:
         raise ValueError(
-            "remat_graph: no operation of fn depends on x, so there is nothing to rematerialize."
+            "remat_graph: no operation of fn that depends on x has a gradient (none on x, or "
+            "only integer results such as argmax), so there is nothing to rematerialize; call "
+            "fn directly."
         )
     if len(members) > max_vertices:
         raise ValueError(

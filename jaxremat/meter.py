@@ -208,14 +208,15 @@ def activation_memory(
     Args:
       fn: a scalar loss ``fn(params, *args)``, differentiated with respect to ``params``.
         Bind non-array arguments with ``functools.partial``.
-      params: a pytree of arrays.
+      params: a pytree of arrays (integer leaves, such as step counters, get ``float0``
+        gradients of no size).
       *args: the other arguments (pytrees of arrays).
       detail: return a :class:`MemoryReport` (peak, where, values live) instead of an int.
 
     Returns:
       The peak in bytes, or a :class:`MemoryReport` when ``detail`` is true.
     """
-    closed = jax.make_jaxpr(jax.grad(fn))(params, *args)
+    closed = jax.make_jaxpr(jax.grad(fn, allow_int=True))(params, *args)  # int leaves: float0
     num_params = len(jax.tree.leaves(params))
     num_inputs = len(jax.tree.leaves((params, *args)))
     if len(closed.jaxpr.invars) != num_inputs:  # pragma: no cover - a JAX tracing change

@@ -199,6 +199,15 @@ def _sub_jaxpr(jaxpr: Jaxpr, eqn_ids, needed_after) -> tuple[Jaxpr, list, list]:
     return Jaxpr([], inputs, outputs, eqns, effects, info), inputs, outputs
 
 
+def _saved(value: Any) -> Any:
+    """``value`` named ``SAVED``, unless complex: JAX 0.10 cannot apply a names policy to
+    complex values (its partial evaluation emits a ``reduce_precision`` that rejects them),
+    so those are recomputed instead; the plan's memory is measured either way."""
+    if jnp.iscomplexobj(value):
+        return value
+    return checkpoint_name(value, SAVED)
+
+
 def _region_function(jaxpr: Jaxpr, ids, needed_after, saved_eqns) -> tuple[Callable, list, list]:
     """The equations ``ids`` as a function of their inputs, returning what is read later.
 
@@ -229,7 +238,7 @@ def _region_function(jaxpr: Jaxpr, ids, needed_after, saved_eqns) -> tuple[Calla
         env = dict(zip(inputs, args))
         for fun, piece_in, piece_out, named in pieces:
             values = fun(*(env[v] for v in piece_in))
-            env.update(zip(piece_out, [checkpoint_name(v, SAVED) for v in values] if named else values))
+            env.update(zip(piece_out, [_saved(v) for v in values] if named else values))
         return [env[v] for v in outputs]
 
     return run, inputs, outputs
@@ -304,7 +313,7 @@ class RematGraph:
         return f"RematGraph({name!r}, budget={self.budget!r}, max_vertices={self.max_vertices})"
 
     def _planned(self, params: Any, x: Any) -> tuple[TracedGraph, GraphPlan]:
-        batch = vmap_batch_size(x)
+        batch = vmap_batch_size((params, x))  # an ensemble batches the params only
         abstract_params, abstract_x = abstractify(params, "params"), abstractify(x, "x")
         key = (signature(abstract_params), signature(abstract_x), batch)
         if key not in self._cache:

@@ -34,6 +34,7 @@ budget. The sharding is not part of the cache key.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Sequence
 
 import solver
@@ -95,7 +96,7 @@ class RematSequence:
         )
 
     def _plan(self, params: tuple, x: Any) -> Plan:
-        batch = vmap_batch_size(x)
+        batch = vmap_batch_size((params, x))  # an ensemble batches the params only
         input_grad = is_differentiated(x)
         abstract_params = [abstractify(p, f"params[{i}]") for i, p in enumerate(params)]
         abstract_x = abstractify(x, "the sequence input x")
@@ -131,7 +132,16 @@ class RematSequence:
         """
         params = check_params(params, len(self._layers))
         plan = self._plan(params, x)
-        return apply_plan(plan.schedule.plan, self._layers, params, x, backend=self._backend)
+        backend = self._backend
+        if backend == "custom_vjp" and vmap_batch_size(x) > 1:
+            warnings.warn(
+                "backend='custom_vjp' under jax.vmap: JAX batches a custom_vjp's backward whole, "
+                "so each segment would hold per-example parameter gradients (batch x the "
+                "parameters) that the plan does not count; this call uses backend='checkpoint'.",
+                UserWarning, stacklevel=2,
+            )
+            backend = "checkpoint"
+        return apply_plan(plan.schedule.plan, self._layers, params, x, backend=backend)
 
     @property
     def cached_plans(self) -> tuple[Plan, ...]:

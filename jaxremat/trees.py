@@ -61,9 +61,11 @@ def abstractify(tree: Any, where: str) -> Any:
 
 
 def signature(tree: Any) -> tuple:
-    """A hashable key of a pytree's structure, shapes and dtypes (the schedule cache key)."""
+    """A hashable key of a pytree's structure, shapes, dtypes and weak types (the cache
+    key of plans and traced graphs: a weakly typed input promotes differently)."""
     leaves, treedef = jax.tree.flatten(tree)
-    return (treedef, tuple((tuple(np.shape(leaf)), str(leaf.dtype)) for leaf in leaves))
+    return (treedef, tuple((tuple(np.shape(leaf)), str(leaf.dtype), bool(getattr(leaf, "weak_type", False)))
+                           for leaf in leaves))
 
 
 def cotangent_struct(leaf: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:

@@ -255,6 +255,7 @@ def test_input_gradients_under_jit_and_vjp(backend):
         assert_trees_close(a, b)
 
 
+@pytest.mark.filterwarnings("ignore:backend='custom_vjp' under jax.vmap")  # falls back, by design
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_vmap_of_grad_equals_plain(backend):
     layers, params, x = mlp_stack(2)

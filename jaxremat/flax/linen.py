@@ -159,14 +159,14 @@ class RematSequential(nn.Module):
         if not self.layers:
             raise ValueError("RematSequential has no layers.")
         keys, fns, variables = self._pure_layers()
-        activation = args[0] if len(args) == 1 else tuple(args)
+        activation = tuple(args)  # the first layer is called f(*args), as Sequential does
         return plan_pure_layers(keys, fns, variables, activation, budget=self.budget,
                                 method=self.method, slots=self.slots, costs=self.costs,
                                 backend="nn.remat")
 
     def __call__(self, *args: Any) -> Any:
         """Run the layers on ``args`` under the budget (plainly while initializing)."""
-        activation = args[0] if len(args) == 1 else tuple(args)
+        activation = tuple(args)  # the first layer is called f(*args), as Sequential does
         if self.is_initializing():
             for layer in self.layers:
                 activation = call_with_convention(layer, activation)

@@ -149,13 +149,14 @@ def plan_pure_layers(
     profile is cached per ``keys``, input signature and ``costs`` -- independently of the
     budget, so changing the budget only re-runs the solver -- and the plan per profile,
     ``vmap`` batch, budget, method and slots. Works from shapes, so it runs while JAX traces
-    a step. Under ``jax.vmap``/``nnx.vmap`` (seen on ``activation``'s tracers) the layers
+    a step. Under ``jax.vmap``/``nnx.vmap`` (seen on the tracers of ``activation`` or of
+    ``params``: an ensemble batches only the params) the layers
     are profiled per example and the budget still means the whole batch; the input's
     gradient is planned for only when ``activation`` is being differentiated
     (:mod:`jaxremat.trace_state`).
     """
     check_budget(budget)
-    batch = vmap_batch_size(activation)
+    batch = vmap_batch_size((params, activation))  # an ensemble batches the params only
     input_grad = is_differentiated(activation)
     abstract_params = [abstractify(p, f"the state of layer {i}") for i, p in enumerate(params)]
     abstract_x = abstractify(activation, "the sequence input")
@@ -191,7 +192,7 @@ def plan_modules(
     check_budget(budget)
     if not layers:
         raise ValueError("There are no layers to run: pass at least one module.")
-    activation = args[0] if len(args) == 1 else tuple(args)
+    activation = tuple(args)  # the first layer is called f(*args), as Sequential does
     keys, fns, states = zip(*(_pure(layer) for layer in layers))
     return plan_pure_layers(keys, fns, states, activation, budget=budget, method=method,
                             slots=slots, costs=costs, backend="nnx.remat")
@@ -221,7 +222,7 @@ def run_modules(
     the modules (batch statistics, RNG counters) equal those of running the layers plainly.
     """
     plan = plan_modules(layers, *args, budget=budget, method=method, slots=slots, costs=costs)
-    activation = args[0] if len(args) == 1 else tuple(args)
+    activation = tuple(args)  # the first layer is called f(*args), as Sequential does
     # apply_plan calls fns[i](params[i], x): for a module, params[i] is the module itself
     # (nnx.remat lifts it and propagates its state updates); a plain callable has None.
     modules = [layer if isinstance(layer, nnx.Module) else None for layer in layers]

@@ -1,0 +1,137 @@
+"""Legitimate but unusual uses: ensembles under vmap, custom_vjp under vmap, weakly typed
+inputs, tuple inputs to the Flax wrappers, shard_map, complex values, integer parameters.
+Each case once broke the promise (equal values and gradients, measured memory within the
+budget) or raised an internal error."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+from flax import nnx
+from jax.sharding import Mesh, PartitionSpec as P
+
+import jaxremat
+import solver
+from jaxremat.flax import RematSequential
+from jaxremat.flax.linen import RematSequential as LinenSequential
+
+LAYERS = [lambda w, h: jnp.tanh(h @ w), lambda w, h: h + jnp.tanh(h @ w)] * 2 + [
+    lambda w, h: jnp.tanh(h @ w)]
+W = [jax.random.normal(jax.random.key(i), (8, 8)) * 0.3 for i in range(5)]
+
+
+def plain(params, h):
+    for layer, w in zip(LAYERS, params):
+        h = layer(w, h)
+    return h
+
+
+def least_budget(make, call) -> int:
+    """The smallest budget ``make(budget)`` accepts in ``call``, from its InfeasibleBudget."""
+    with pytest.raises(solver.InfeasibleBudget) as info:
+        call(make(1))
+    return int(np.ceil(info.value.min_budget))
+
+
+def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("kind", ["sequence", "graph"])
+def test_ensemble_under_vmap_fits_the_budget(kind):
+    # vmap over the params, not x (an ensemble of models on one batch): the budget means
+    # the whole ensemble, so it is split among its members.
+    x = jnp.ones((2, 8))
+    stacked = [jnp.stack([w * s for s in (1.0, 0.5, 2.0, 1.5)]) for w in W]
+    make = ((lambda b: jaxremat.remat_sequence(LAYERS, b)) if kind == "sequence"
+            else (lambda b: jaxremat.remat_graph(plain, b)))
+
+    def loss(fn):
+        return lambda ws, x: jnp.sum(jax.vmap(lambda w: fn(w, x))(ws))
+
+    budget = least_budget(make, lambda f: jax.grad(loss(f))(stacked, x))
+    wrapped = make(budget)
+    assert jaxremat.activation_memory(loss(wrapped), stacked, x) <= budget
+    assert_trees_close(jax.grad(loss(wrapped))(stacked, x), jax.grad(loss(plain))(stacked, x))
+
+
+def test_custom_vjp_under_vmap_falls_back_to_checkpoint():
+    xb = jnp.ones((4, 2, 8))
+
+    def loss(fn):
+        return lambda ws, xb: jnp.sum(jax.vmap(fn, (None, 0))(ws, xb))
+
+    budget = least_budget(lambda b: jaxremat.remat_sequence(LAYERS, b, backend="custom_vjp"),
+                          lambda f: jax.grad(loss(f))(W, xb))
+    seq = jaxremat.remat_sequence(LAYERS, budget, backend="custom_vjp")
+    with pytest.warns(UserWarning, match="per-example parameter gradients"):
+        measured = jaxremat.activation_memory(loss(seq), W, xb)
+        grads = jax.grad(loss(seq))(W, xb)
+    assert measured <= budget
+    assert_trees_close(grads, jax.grad(loss(plain))(W, xb))
+
+
+def test_weak_and_strong_inputs_get_their_own_graph():
+    fn = lambda p, x: jnp.tanh(x * p)  # noqa: E731
+    wrapped = jaxremat.remat_graph(fn)
+    p = jnp.full((4,), 0.3, jnp.bfloat16)
+    for x in (jnp.asarray(2.0), jnp.array(2.0, jnp.float32)):  # weak float32, then strong
+        out, ref = wrapped(p, x), fn(p, x)
+        assert out.dtype == ref.dtype
+        np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32))
+
+
+def test_flax_wrappers_take_a_tuple_argument_as_sequential_does():
+    x = jnp.ones((4, 8))
+    first = lambda t: t[0] + 2 * t[1]  # noqa: E731
+    linear = nnx.Linear(8, 8, rngs=nnx.Rngs(0))
+    np.testing.assert_allclose(RematSequential(first, linear, budget="1GiB")((x, x)),
+                               nnx.Sequential(first, linear)((x, x)))
+    variables = nn.Sequential([first, nn.Dense(4)]).init(jax.random.key(0), (x, x))
+    np.testing.assert_allclose(
+        LinenSequential(layers=[first, nn.Dense(4)], budget="1GiB").apply(variables, (x, x)),
+        nn.Sequential([first, nn.Dense(4)]).apply(variables, (x, x)))
+
+
+def test_remat_sequence_inside_shard_map():
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    seq = jaxremat.remat_sequence(LAYERS, "1MiB")
+    x = jnp.ones((4, 8))
+
+    def grads(fn):
+        step = lambda p, x: jax.grad(lambda p, x: fn(p, x).sum())(p, x)  # noqa: E731
+        return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P("d")), out_specs=P()))
+
+    assert_trees_close(grads(seq)(W, x), grads(plain)(W, x))
+
+
+def test_remat_graph_with_a_budget_on_complex_values():
+    def cplx(params, x):
+        h = x.astype(jnp.complex64)
+        for w in params[:3]:
+            h = jnp.tanh(h @ w.astype(jnp.complex64))
+        return h
+
+    x = jnp.ones((2, 8))
+    loss = lambda fn: lambda p, x: jnp.sum(jnp.abs(fn(p, x)) ** 2)  # noqa: E731
+    budget = least_budget(lambda b: jaxremat.remat_graph(cplx, b), lambda g: g(W, x))
+    wrapped = jaxremat.remat_graph(cplx, budget)
+    np.testing.assert_allclose(wrapped(W, x), cplx(W, x))
+    assert_trees_close(jax.grad(loss(wrapped))(W, x), jax.grad(loss(cplx))(W, x))
+    assert jaxremat.activation_memory(loss(wrapped), W, x) <= budget
+
+
+def test_activation_memory_with_integer_parameters():
+    params = {"w": W[0], "step": jnp.asarray(3)}
+    fn = lambda p, x: jnp.sum(jnp.tanh(x @ p["w"]) * p["step"])  # noqa: E731
+    assert jaxremat.activation_memory(fn, params, jnp.ones((2, 8))) > 0
+
+
+def test_remat_graph_on_integer_results_says_why():
+    fn = lambda p, x: jnp.argmax(jnp.tanh(x @ p), -1)  # noqa: E731
+    with pytest.raises(ValueError, match="has a gradient"):
+        jaxremat.remat_graph(fn)(W[0], jnp.ones((2, 8)))
