@@ -235,7 +235,14 @@ def _branch_and_bound(sizes: np.ndarray, prefix: np.ndarray, seed: int = 0) -> t
     in ``a`` (29 of 300 random small inputs), so SMAWK does not apply; (iv) the
     relaxation ``min_T T + min_C [sum_C s + sum_segments (sigma - T)^+]`` (exact, and the
     strongest relaxation that is separable over segments) is not unimodal in ``T`` and
-    its optimal sets change about ``0.2 n^2`` times on mirrored geometric sizes. What
+    its optimal sets change about ``0.2 n^2`` times on mirrored geometric sizes; (v) at a
+    fixed bound, the least kept weight ``d(j, k)`` between kept nodes ``j < k`` is not a
+    Monge matrix (unit sizes, runs of one: ``d(0,7) + d(1,8) = 8 > 7 = d(0,8) + d(1,7)``),
+    so a divide and conquer over ``S`` that contracts the edges present throughout a range
+    cannot apply SMAWK to it as it stands; (vi) the optimal sets along the greedy
+    certificate chain need not be nested, so "each step drops a kept tensor" does not bound
+    ``k`` by ``n``: on a hill-climbed instance of 10 sizes, 8 of the 9 consecutive pairs of
+    (unique) optimal sets are not nested. What
     pruning gives in practice is measured by ``benchmarks/linear_speed.py``: at ``n = 10
     000`` the search evaluates 10 to 200 bounds (each an O(n) pass) for random, equal,
     near-equal, increasing, decreasing, sawtooth, heavy-tailed and 0/1 sizes, in under 0.1
