@@ -179,7 +179,10 @@ class Walker:
 
     def forwarded(self, eqn: Any) -> dict[int, int]:
         """``{j: m}``: output ``j`` of the call (or of every branch of the ``cond``) ``eqn``
-        is its operand ``m``, passed through: after inlining, the same buffer."""
+        is its operand ``m``, passed through: after inlining, the same buffer. An
+        ``optimization_barrier`` passes every operand through (XLA copies nothing)."""
+        if eqn.primitive.name == "optimization_barrier":
+            return {j: j for j, out in enumerate(eqn.outvars) if not isinstance(out, DropVar)}
         handover = _handover(eqn)
         if handover is None:
             return {}

@@ -140,12 +140,13 @@ def transients(traced: "TracedLayer", num_params: int, input_bytes: int) -> tupl
 
     backward = traced.backward.jaxpr
     # Not counted in the backward: parameters and constants (live anyway), the input x[i]
-    # (the simulator holds it through B(i)), and residuals the pullback never reads.
+    # (the simulator holds it through B(i)), residuals the pullback never reads, and literal
+    # residuals (gelu's 0.5: constants in the training step's program, as in the tape).
     outside = set(forward.invars) | set(forward.constvars)
     residual_vars = forward.outvars[num_out:]
     excluded = [
         k for k, (v, read) in enumerate(zip(residual_vars, traced.residual_used))
-        if not read or (not isinstance(v, Literal) and v in outside)
+        if not read or isinstance(v, Literal) or v in outside
     ]
     bwd_peak = program_memory(traced.backward, exclude_inputs=excluded, count_outputs=False)
     held = sum(aval_nbytes(v.aval) for k, v in enumerate(backward.invars) if k not in excluded)
