@@ -284,6 +284,13 @@ def _scalar(out: Any) -> jax.Array:
     return sum(leaves, jnp.zeros((), jnp.float32))
 
 
+def _stacked(tree: Any, batch: int) -> Any:
+    """``tree`` of ``jax.ShapeDtypeStruct`` with a leading axis of ``batch`` on each leaf."""
+    return jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct((batch, *leaf.shape), leaf.dtype, weak_type=leaf.weak_type),
+        tree)
+
+
 def check_graph_settings(max_vertices: int, time_limit: float | None) -> None:
     """Raise ``ValueError`` naming the fix unless ``max_vertices`` is a positive integer and
     ``time_limit`` is ``None`` or a finite number of seconds ``>= 0``."""
@@ -314,14 +321,18 @@ class RematGraph:
 
     def _planned(self, params: Any, x: Any) -> tuple[TracedGraph, GraphPlan]:
         batch = vmap_batch_size((params, x))  # an ensemble batches the params only
+        # which of the two vmap batches (None: neither): the plans are measured that way
+        batched = (vmap_batch_size(params) > 1, vmap_batch_size(x) > 1) if batch > 1 else None
         abstract_params, abstract_x = abstractify(params, "params"), abstractify(x, "x")
-        key = (signature(abstract_params), signature(abstract_x), batch)
+        key = (signature(abstract_params), signature(abstract_x), batch, batched)
         if key not in self._cache:
             traced = trace_graph(self.fn, abstract_params, abstract_x, max_vertices=self.max_vertices)
-            self._cache[key] = (traced, self._plan(traced, abstract_params, abstract_x, batch))
+            self._cache[key] = (traced, self._plan(traced, abstract_params, abstract_x, batch,
+                                                   batched))
         return self._cache[key]
 
-    def _plan(self, traced: TracedGraph, params: Any, x: Any, batch: int) -> GraphPlan:
+    def _plan(self, traced: TracedGraph, params: Any, x: Any, batch: int,
+              batched: tuple[bool, bool] | None = None) -> GraphPlan:
         graph = traced.graph
         least = solver.checkpoint_search(graph)
         forward = float(graph.costs.sum())
@@ -344,12 +355,20 @@ class RematGraph:
         floats = [leaf for leaf, f in zip(leaves, inexact) if f]
         others = [leaf for leaf, f in zip(leaves, inexact) if not f]  # counters, keys: no gradient
 
-        def measure(plan: GraphPlan) -> int:  # the whole batch's bytes: memory grows with the batch
+        def measure(plan: GraphPlan) -> int:
+            """The whole batch's bytes: under ``vmap`` the vmapped program is measured (its
+            batching rules may add buffers), batched along a leading axis of ``batch``."""
             def loss(floats, others, x):
                 parts = (iter(floats), iter(others))
                 p = treedef.unflatten([next(parts[0] if f else parts[1]) for f in inexact])
                 return _scalar(run_regions(traced, plan, p, x))
-            return batch * activation_memory(loss, floats, others, x)
+            if batched is None:
+                return activation_memory(loss, floats, others, x)
+            axes = (0 if batched[0] else None, 0 if batched[0] else None, 0 if batched[1] else None)
+            stacked = [_stacked(tree, batch) if axis == 0 else tree
+                       for tree, axis in zip((floats, others, x), axes)]
+            return activation_memory(lambda *args: jnp.sum(jax.vmap(loss, in_axes=axes)(*args)),
+                                     *stacked)
 
         inner = [v for v in graph.topological_order if v not in (SOURCE, TARGET)]
         everything = memory_of(graph, list(range(1, len(graph) - 1)))[0]
@@ -396,7 +415,8 @@ def remat_graph(
         or a share of the plain function's measured memory such as ``"40%"``. The plan is
         then the set of least recompute found whose :func:`jaxremat.activation_memory`
         (of the sum of ``fn``'s outputs, parameters and their gradients excluded) fits
-        (:mod:`jaxremat.graph_budget`). Under ``jax.vmap`` it means the whole batch.
+        (:mod:`jaxremat.graph_budget`). Under ``jax.vmap`` it means the whole batch (or
+        ensemble), and the vmapped program is what is measured.
       max_vertices: refuse functions with more top-level operations on ``x`` than this.
       time_limit: with a budget, seconds allowed to the (at most 6) budgeted searches
         together; one that runs out returns the best set it found. ``None``: no limit.

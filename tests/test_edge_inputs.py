@@ -173,3 +173,30 @@ def test_measured_within_the_smallest_budget(stack, backend):
                               lambda s: s.plan(params, x))
         seq = jaxremat.remat_sequence(layers, budget, method=method, backend=backend)
         assert jaxremat.activation_memory(loss(seq), params, x) <= budget, method
+
+
+def test_remat_graph_under_vmap_measures_the_vmapped_program():
+    # A dense block (each conv reads the concatenation of all previous features) under
+    # vmap: vmap's batching of conv and concatenate adds buffers, so batch x one example's
+    # memory understated it and the min_budget named was exceeded.
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    keys = jax.random.split(jax.random.key(0), 6)
+    params = [0.3 * jax.random.normal(keys[i], (3, 3, 4 + 4 * i, 4)) for i in range(4)]
+    params.append(0.3 * jax.random.normal(keys[4], (1, 1, 20, 2)))
+
+    def dense(p, x):
+        feats = [x]
+        for w in p[:-1]:
+            feats.append(jax.nn.relu(conv(jnp.concatenate(feats, -1), w)))
+        return conv(jnp.concatenate(feats, -1), p[-1])
+
+    xs = jax.random.normal(keys[5], (3, 2, 8, 8, 4))
+    loss = lambda f: lambda p, xs: jax.vmap(f, (None, 0))(p, xs).sum()  # noqa: E731
+    budget = least_budget(lambda b: jaxremat.remat_graph(dense, b),
+                          lambda g: jax.grad(loss(g))(params, xs))
+    wrapped = jaxremat.remat_graph(dense, budget)
+    assert jaxremat.activation_memory(loss(wrapped), params, xs) <= budget
+    assert_trees_close(jax.grad(loss(wrapped))(params, xs), jax.grad(loss(dense))(params, xs))
