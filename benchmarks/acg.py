@@ -26,7 +26,7 @@ with the no-remat sum.
 With ``--budget`` (budgets 10 % and 50 % of the way from the least memory to no remat),
 measured on a 2-core container: ResNet-50 about 4 s and 3 s, DenseNet-121 11 s and 4.5 s,
 Inception-v3 7 s and 5 s, all proven optimal (Inception-v3 at 50 %, a subset-sum over the
-sizes of its ReLUs and concatenations, used to hit the 60 s limit; see solver/acg.py).
+sizes of its ReLUs and concatenations, used to hit the 60 s limit; see solver/graph/search.py).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from graphs import GRAPHS  # noqa: E402
 
 from solver import Graph, checkpoint_search, format_bytes, simulate_graph, training_memory  # noqa: E402
-from solver.graph_model import memory_of  # noqa: E402
+from solver.graph.model import memory_of  # noqa: E402
 
 PUBLISHED_CUT = {"ResNet-50": 0.63, "DenseNet-121": 0.78, "Inception-v3": 0.71}
 

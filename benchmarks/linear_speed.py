@@ -1,9 +1,9 @@
-"""Speed of min_peak_chain (solver/linear.py): n, input family, method, seconds.
+"""Speed of min_peak_chain (solver/chain/min_peak.py): n, input family, method, seconds.
 
 Run: ``python benchmarks/linear_speed.py``. Each time is the best of a few runs after a
 warm-up call (numba compiles once, then its cache is reused). ``evals`` is how many bounds
 the fast method's branch and bound evaluated (each an O(n) DP). "tied blocks" is the
-family of ``solver.linear``'s Lemma 5, on which every exact method that only evaluates
+family of ``solver.chain.min_peak``'s Lemma 5, on which every exact method that only evaluates
 ``cost`` needs at least n/4 evaluations; "+1e-9u" breaks its ties with noise. ``cubic``
 evaluates every distinct segment sum and only runs while that takes a few seconds. Where
 both run, the script checks that their peaks agree.
@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from solver import min_peak_chain  # noqa: E402
-from solver.linear import _branch_and_bound, tied_blocks  # noqa: E402
+from solver.chain.min_peak import _branch_and_bound, tied_blocks  # noqa: E402
 
 def _padded(sizes: np.ndarray, n: int) -> np.ndarray:
     """``sizes`` followed by zeros up to length ``n``."""

@@ -40,7 +40,7 @@ from solver import (  # noqa: E402
     resnet_like,
     transformer_like,
 )
-from solver.baselines import revolve_costs  # noqa: E402
+from solver.chain.baselines import revolve_costs  # noqa: E402
 from solver.compare import budget_range, compare_methods, format_table  # noqa: E402
 from solver.solve import solve  # noqa: E402
 

@@ -1,6 +1,6 @@
-"""Speed and memory of Rotor's dynamic program (solver/rotor.py) on one CPU core.
+"""Speed and memory of Rotor's dynamic program (solver/chain/rotor.py) on one CPU core.
 
-For each chain length L, a random heterogeneous chain (``solver.chains.random_chain``) is
+For each chain length L, a random heterogeneous chain (``solver.chain.generators.random_chain``) is
 solved with M = 500 memory slots at budgets a fraction ``f`` of the way from the exact
 minimum budget to the no-rematerialisation peak. Each (L, f) runs in its own subprocess so
 that the peak RSS is per measurement; the JIT is warmed there first (numba's on-disk cache
@@ -37,8 +37,8 @@ def _child(length: int, fraction: float, slots: int, seed: int) -> dict:
     import resource
 
     from solver import Layer, make_schedule
-    from solver.chains import random_chain
-    from solver.rotor import RotorTable, rotor_min_budget
+    from solver.chain.generators import random_chain
+    from solver.chain.rotor import RotorTable, rotor_min_budget
 
     warm = random_chain(3, seed)
     RotorTable(warm, 400.0, slots).schedule(400.0)  # load the JIT cache
@@ -75,8 +75,8 @@ def _child(length: int, fraction: float, slots: int, seed: int) -> dict:
 
 def _compile_child(slots: int) -> dict:
     t0 = time.perf_counter()
-    from solver.chains import random_chain
-    from solver.rotor import RotorTable
+    from solver.chain.generators import random_chain
+    from solver.chain.rotor import RotorTable
 
     t1 = time.perf_counter()
     RotorTable(random_chain(3, 0), 400.0, slots).schedule(400.0)

@@ -18,7 +18,7 @@ import sys
 
 
 def _solver_tables(num_budgets: int) -> None:
-    from solver.chains import random_chain, resnet_like, transformer_like
+    from solver.chain.generators import random_chain, resnet_like, transformer_like
     from solver.compare import budget_range, compare_methods, format_table
 
     chains = {

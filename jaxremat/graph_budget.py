@@ -35,7 +35,7 @@ import warnings
 from typing import Callable
 
 import solver
-from solver.graph_model import memory_of
+from solver.graph.model import memory_of
 
 __all__ = ["fit_budget"]
 

@@ -35,7 +35,7 @@ import numpy as np
 
 import solver
 from solver import Chain, InfeasibleBudget, OpKind, Schedule
-from solver.baselines import BASELINE_METHODS, baseline_schedule
+from solver.chain.baselines import BASELINE_METHODS, baseline_schedule
 from solver.compare import budget_range, compare_methods
 
 __all__ = [

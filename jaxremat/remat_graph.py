@@ -54,7 +54,7 @@ from jax.extend.core import ClosedJaxpr, DebugInfo, Jaxpr, Literal, jaxpr_as_fun
 
 import solver
 from solver.errors import check_real
-from solver.graph_model import memory_of, strongly_connected
+from solver.graph.model import memory_of, strongly_connected
 
 from .budget import check_budget, format_bytes, resolve_budget
 from .graph import SOURCE, TARGET, TracedGraph, trace_graph

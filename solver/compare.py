@@ -13,10 +13,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .baselines import baseline_schedule
-from .chain import Chain
+from .chain.baselines import baseline_schedule
+from .chain.chain import Chain
+from .chain.rotor import rotor_min_budget
 from .errors import InfeasibleBudget, check_real, format_bytes
-from .rotor import rotor_min_budget
 from .solve import METHODS, solve
 
 __all__ = ["ComparisonRow", "budget_range", "compare_methods", "format_table"]

@@ -1,7 +1,7 @@
 """``solve``: the one entry point from a chain and a memory budget to a schedule.
 
 ``METHODS`` lists the methods whose schedules carry a nested plan (what the JAX frontend
-applies). ``"ilp"`` (Checkmate's ILP, :mod:`solver.ilp_chain`) is accepted by
+applies). ``"ilp"`` (Checkmate's ILP, :mod:`solver.ilp.chain_adapter`) is accepted by
 :func:`solve` too, but is not in ``METHODS``: its schedules are not persistent
 (``plan is None``), an optimality oracle rather than something to apply.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 import numbers
 
-from .baselines import BASELINE_METHODS, baseline_schedule
-from .chain import Chain
+from .chain.baselines import BASELINE_METHODS, baseline_schedule
+from .chain.chain import Chain
+from .chain.rotor import RotorTable
+from .chain.schedule import Schedule
 from .errors import InfeasibleBudget
-from .ilp_chain import ilp_chain_schedule
-from .rotor import RotorTable
-from .schedule import Schedule
+from .ilp.chain_adapter import ilp_chain_schedule
 
 __all__ = ["solve", "METHODS"]
 
@@ -64,12 +64,12 @@ def solve(
       budget: the memory available, in the unit of the chain's sizes, ``x[0]`` included.
       method: ``"rotor"`` (Rotor's dynamic program, ALGORITHMS.md section 2) or a baseline
         (``"none"``, ``"every_layer"``, ``"sqrt"``, ``"revolve"``; see
-        :mod:`solver.baselines`).
-        or ``"ilp"``: Checkmate's ILP (:mod:`solver.ilp_chain`), the least time over
+        :mod:`solver.chain.baselines`).
+        or ``"ilp"``: Checkmate's ILP (:mod:`solver.ilp.chain_adapter`), the least time over
         non-persistent schedules of its class, for tapeless chains only
         (``xbar_size == x_size[1:]``, no temporaries) and a few dozen layers. Its
         schedule has ``plan=None`` and drops in ``ops`` (cost it with
-        :func:`solver.exhaustive.replay`); its time is a lower bound on ``"rotor"``'s.
+        :func:`solver.chain.exhaustive.replay`); its time is a lower bound on ``"rotor"``'s.
       slots: Rotor's memory discretisation: sizes are rounded up to units of
         ``budget / slots``. Integer sizes with ``slots >= budget`` are solved exactly.
       time_limit: seconds HiGHS may spend for ``"ilp"`` (ignored otherwise); past it the

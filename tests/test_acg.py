@@ -1,6 +1,6 @@
 """checkpoint_search (Feng & Huang) against brute force, and the graph simulator.
 
-The brute force below is written independently of solver.graph_model: segments are found
+The brute force below is written independently of solver.graph.model: segments are found
 with union-find and merged with a transitive closure (Floyd-Warshall) of the quotient
 graph, then every subset of inner vertices is tried.
 """
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from solver import CheckpointSet, Graph, checkpoint_search
-from solver.division import Complex, Parallel, Series, division_tree
+from solver.graph.division import Complex, Parallel, Series, division_tree
 
 MAX_VERTICES = 12
 

@@ -1,7 +1,7 @@
 """checkpoint_search with a budget (least recompute against brute force, time limits, lower
 bounds), fractional sizes and large complex divisions.
 
-Feng & Huang's model (solver.graph_model); the graphs and the brute force are test_acg's.
+Feng & Huang's model (solver.graph.model); the graphs and the brute force are test_acg's.
 """
 
 import itertools
@@ -14,9 +14,9 @@ from hypothesis import given, settings, strategies as st
 
 from solver import Graph, InfeasibleBudget, checkpoint_search, simulate_graph
 from solver import acg
-from solver.acg_bounds import Lagrangian
-from solver.acg_dp import COMPLEX_LIMIT, TimeLimit, evaluate
-from solver.graph_simulate import schedule_graph
+from solver.graph.bounds import Lagrangian
+from solver.graph.dp import COMPLEX_LIMIT, TimeLimit, evaluate
+from solver.graph.simulator import schedule_graph
 
 from test_acg import BLOCKS, _Builder, _check_result, brute_all, family_graphs
 
@@ -131,7 +131,7 @@ def test_time_limit_returns_a_fitting_set():
 
 
 class _StopAfter:
-    """Stands in for solver.acg.evaluate: the budgeted search's evaluation number ``calls``
+    """Stands in for solver.graph.search.evaluate: the budgeted search's evaluation number ``calls``
     raises TimeLimit, as a deadline passing inside it would (deterministic, unlike a clock)."""
 
     def __init__(self, calls):
@@ -200,7 +200,7 @@ def test_invalid_arguments():
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 60), min_size=3, max_size=40))
 def test_linear_graph_matches_min_peak_chain(sizes):
-    from solver.linear import min_peak_chain
+    from solver.chain.min_peak import min_peak_chain
 
     result = checkpoint_search(Graph.chain(sizes))
     assert result.peak == pytest.approx(min_peak_chain(sizes[1:-1]).peak)

@@ -23,7 +23,7 @@ from solver import (
     simulate,
     validate_plan,
 )
-from solver.baselines import (
+from solver.chain.baselines import (
     every_layer_plan,
     none_plan,
     revolve_costs,

@@ -22,7 +22,7 @@ from solver import (
     random_chain,
     simulate,
 )
-from solver.exhaustive import replay
+from solver.chain.exhaustive import replay
 
 INF = math.inf
 

@@ -1,4 +1,4 @@
-"""Checkmate's ILP (solver/ilp.py) against an exhaustive search and hand-worked answers."""
+"""Checkmate's ILP (solver/ilp/solve.py) against an exhaustive search and hand-worked answers."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from scipy import optimize, sparse
 
 from solver import Chain, InfeasibleBudget
-from solver.graph import Graph
+from solver.graph.graph import Graph
 from solver import IlpSolution, TrainingGraph, ilp_min_peak, solve_ilp
-from solver.ilp_model import IlpModel
-from solver.rotor import RotorTable, rotor_min_budget
+from solver.ilp.model import IlpModel
+from solver.chain.rotor import RotorTable, rotor_min_budget
 
 
 # --------------------------------------------------------------------------- checkers

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver import CheckpointSet, min_peak_chain
-from solver.linear import _bounded_cost, _branch_and_bound, tied_blocks
+from solver.chain.min_peak import _bounded_cost, _branch_and_bound, tied_blocks
 
 METHODS = ("cubic", "fast")
 
@@ -97,7 +97,7 @@ def test_fast_equals_cubic_on_longer_chains(family):
 
 @pytest.mark.parametrize("m", [2, 3, 10, 40])
 def test_tied_blocks_lower_bound_family(m):
-    # Lemma 5 (solver/linear.py): the least peak T0 + m d is attained at exactly the m + 1
+    # Lemma 5 (solver/chain/min_peak.py): the least peak T0 + m d is attained at exactly the m + 1
     # bounds T0 + i d, and every exact search must evaluate a bound in each gap between.
     sizes = tied_blocks(m)
     top, optimum = 10.0 * m, 11.0 * m

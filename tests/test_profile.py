@@ -20,7 +20,7 @@ from jaxremat import activation_memory, profile_layers
 from jaxremat.apply import apply_plan
 from jaxremat.profile import PEAK_BANDWIDTH, PEAK_FLOPS, profile_sequence, roofline_time
 from jaxremat.costs import lowered_costs
-from solver.baselines import every_layer_plan, none_plan, sqrt_plan
+from solver.chain.baselines import every_layer_plan, none_plan, sqrt_plan
 
 B, D_IN, D_OUT = 8, 16, 32
 F32 = 4

@@ -2,15 +2,15 @@
 
 The reference below is written from ALGORITHMS.md section 2 directly (recursion over
 ``(m, i, l)`` with ``functools.lru_cache``), with the documented chain-option correction
-(solver/rotor.py): ``F_all(i)`` runs while ``g[l+1]`` is held, so the chain option needs
+(solver/chain/rotor.py): ``F_all(i)`` runs while ``g[l+1]`` is held, so the chain option needs
 ``m >= cw[l+1] + cbw[i+1] + ftmp[i]`` for it and ``m >= cw[i] + cw[i+1] + cbw[i+1] +
 btmp[i]`` for ``B(i)``, instead of the published ``Opt[m][i][i]`` (which charges ``F_all(i)``
 as if ``g[i+1]`` were held). ``corrected=False`` gives the published recurrence.
 
-Outputs outside the tape (``Chain.output_in_tape[i]`` false, :mod:`solver.simulate`) change
+Outputs outside the tape (``Chain.output_in_tape[i]`` false, :mod:`solver.chain.simulator`) change
 one term: ``B(i)`` holds ``tape[i]`` without ``x[i+1]`` (freed at the end of the sub-solve,
 whose input it is), so it needs ``cout[i+1]`` less, ``cout[i+1] = x_size[i+1]`` where the
-flag is false. Every other term is unchanged (see solver/rotor.py). The brute-force tests
+flag is false. Every other term is unchanged (see solver/chain/rotor.py). The brute-force tests
 at the end check the DP against every plan of small chains under the flagged simulator.
 """
 
@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from solver import Chain, Checkpoint, InfeasibleBudget, Layer, make_schedule, simulate
-from solver.rotor import RotorTable, min_peak_schedule, plan_from_decisions, rotor_min_budget
+from solver.chain.rotor import RotorTable, min_peak_schedule, plan_from_decisions, rotor_min_budget
 
 from plans import plans
 

@@ -11,9 +11,9 @@ from hypothesis import given, settings, strategies as st
 from solver import (
     Chain, InfeasibleBudget, Layer, TrainingGraph, ilp_min_peak, make_schedule, simulate, solve_ilp,
 )
-from solver.baselines import BASELINE_METHODS, baseline_schedule
-from solver.exhaustive import exhaustive_optimum, replay
-from solver.rotor import RotorTable, rotor_min_budget
+from solver.chain.baselines import BASELINE_METHODS, baseline_schedule
+from solver.chain.exhaustive import exhaustive_optimum, replay
+from solver.chain.rotor import RotorTable, rotor_min_budget
 from solver.solve import METHODS, solve
 
 

@@ -13,7 +13,7 @@ Feng & Huang divide segments recursively:
 * **complex** (here :class:`Complex`): neither applies (e.g. a DenseNet block where every
   layer reads every earlier one, or a "bridge" ``u->a, u->b, a->b, a->w, b->w``). Feng &
   Huang split such a segment further into maximal independent sub-segments between inner
-  vertex pairs; we keep it whole and let the solver enumerate it (see :mod:`solver.acg`).
+  vertex pairs; we keep it whole and let the solver enumerate it (see :mod:`solver.graph.search`).
 * a single edge ``u -> w`` with no inner vertex is a :class:`Leaf`.
 
 Finding splitting vertices: with vertices in topological order, an inner vertex ``v`` of a

@@ -5,9 +5,9 @@ where a stored value stays until its last use. An arbitrary sequence may instead
 value early and recompute it later, which sometimes fits a tighter budget or runs faster
 (ALGORITHMS.md quotes about 5% of small random (chain, budget) pairs, by up to 30%). This
 module finds the true optimum by a shortest-path search over memory states: the states are
-:class:`~solver.simulate.MemoryState` values, the moves are the five ops
-(:func:`~solver.simulate.apply_op`, cost = the op's time) and freeing any stored value at any
-moment (:func:`~solver.simulate.drop`, cost 0), so the rules are exactly the simulator's.
+:class:`~solver.chain.simulator.MemoryState` values, the moves are the five ops
+(:func:`~solver.chain.simulator.apply_op`, cost = the op's time) and freeing any stored value at any
+moment (:func:`~solver.chain.simulator.drop`, cost 0), so the rules are exactly the simulator's.
 A move is allowed only if its peak candidate stays within the budget.
 
 The search is A* (Hart, Nilsson, Raphael 1968) with a consistent lower bound: every layer
@@ -41,10 +41,10 @@ import itertools
 import math
 from typing import Iterable, Iterator, Union
 
+from ..errors import check_real
 from .chain import Chain
-from .errors import check_real
 from .schedule import Op, OpKind
-from .simulate import MemoryState, apply_op, drop, initial_state
+from .simulator import MemoryState, apply_op, drop, initial_state
 
 __all__ = [
     "MAX_EXHAUSTIVE_LAYERS",
@@ -91,7 +91,7 @@ class ExhaustiveResult:
 def replay(chain: Chain, steps: Iterable[Step]) -> tuple[float, float]:
     """``(time, peak)`` of a sequence of ops and drops, applied with the simulator's rules.
 
-    Like :func:`~solver.simulate.simulate` (which takes ops only), and likewise raising
+    Like :func:`~solver.chain.simulator.simulate` (which takes ops only), and likewise raising
     ``ValueError`` for an invalid step or a sequence that never computes ``g[0]``.
     """
     state = initial_state(chain)

@@ -1,12 +1,12 @@
-"""The division-tree dynamic program behind :func:`solver.acg.checkpoint_search`.
+"""The division-tree dynamic program behind :func:`solver.graph.search.checkpoint_search`.
 
 For a fixed bound ``m`` on the largest segment (Feng & Huang's "max term", arXiv:1808.00079
 sec. 4) it finds the checkpoint sets of least checkpoint bytes (memory mode) or the
 (checkpoint bytes, recompute) Pareto front (budget mode) whose segments all fit in ``m``,
-under the memory model of :mod:`solver.graph_model`.
+under the memory model of :mod:`solver.graph.model`.
 
-Each independent segment ``(u, w)`` of the division tree (:mod:`solver.division`) reports,
-for every way its endpoints can end up, a :class:`~solver.fronts.Front`:
+Each independent segment ``(u, w)`` of the division tree (:mod:`solver.graph.division`) reports,
+for every way its endpoints can end up, a :class:`~solver.graph.fronts.Front`:
 
 ======  ===================================================================================
 state   endpoints, and what the open weights mean
@@ -41,7 +41,7 @@ optimum over all ``m`` is unchanged while the fronts stay small. Budget mode kee
 save recompute at no memory cost when the merged segment is the largest). It also drops
 candidates whose bytes plus open weight exceed ``Context.memory_limit`` (the open weights
 end up in segments at least that large), and on ``Context.bounded``, the top-level linear
-division, those that the Lagrangian bound of :mod:`solver.acg_bounds` shows cannot beat
+division, those that the Lagrangian bound of :mod:`solver.graph.bounds` shows cannot beat
 ``Context.cap``.
 """
 
@@ -54,10 +54,10 @@ import warnings
 import numba
 import numpy as np
 
-from .acg_bounds import Lagrangian, SeriesBounds
+from .bounds import Lagrangian, SeriesBounds
 from .division import Complex, Leaf, Node, Parallel, Series
 from .fronts import EMPTY, Candidates, Front, pairs, prune, single
-from .graph_model import segment_masks
+from .model import segment_masks
 
 __all__ = ["Context", "TimeLimit", "FrontLimit", "evaluate", "COMPLEX_LIMIT"]
 
@@ -212,7 +212,7 @@ def _evaluate(node: Node, ctx: Context, needs: set[str]) -> dict[str, Front]:
 # --------------------------------------------------------------------------- series
 def _series(node: Series, ctx: Context, needs: set[str]) -> dict[str, Front]:
     """Compose the parts left to right. On ``ctx.bounded`` (the top-level division in budget
-    mode) partial sets that cannot beat ``ctx.rc_limit`` are dropped (solver.acg_bounds)."""
+    mode) partial sets that cannot beat ``ctx.rc_limit`` are dropped (solver.graph.bounds)."""
     # The prefix needs are closed under _P_NEEDS after one step.
     prefix_needs = set().union(*(_P_NEEDS[s] for s in needs))
     prefix_needs |= set().union(*(_P_NEEDS[s] for s in prefix_needs))

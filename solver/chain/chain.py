@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import float_array
+from ..errors import float_array
 
 __all__ = ["Chain"]
 
@@ -76,8 +76,8 @@ class Chain:
         layer's backward, which reads it, instead of staying with the tape until
         ``B(i)``, and it is not stored at all when nothing ahead reads it (the last layer
         of a recomputed segment, whose output's gradient already exists). This is what
-        JAX does: a residual the pullback does not read is dead code. :mod:`solver.simulate`
-        applies it, and Rotor's dynamic program models it exactly (:mod:`solver.rotor`);
+        JAX does: a residual the pullback does not read is dead code. :mod:`solver.chain.simulator`
+        applies it, and Rotor's dynamic program models it exactly (:mod:`solver.chain.rotor`);
         the baselines' plans are costed by the simulator.
       fwd_tape_time: ``L`` times of a forward that only builds the tape (default
         ``fwd_time``), at most ``fwd_time``. It is what ``F_all(i)`` costs when ``g[i+1]``

@@ -15,8 +15,8 @@
   (the count of forward steps is what revolve minimises). The snapshot count is then chosen
   on the real chain: the fastest plan (real times) whose real peak fits the budget.
 
-Every baseline's :class:`~solver.schedule.Schedule` is built by
-:func:`~solver.schedule.make_schedule`, so its time and peak are the simulator's on the real
+Every baseline's :class:`~solver.chain.schedule.Schedule` is built by
+:func:`~solver.chain.schedule.make_schedule`, so its time and peak are the simulator's on the real
 sizes, and a baseline that does not fit raises :class:`~solver.errors.InfeasibleBudget`
 carrying the smallest budget at which the method gives a schedule.
 """
@@ -30,8 +30,8 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
+from ..errors import InfeasibleBudget
 from .chain import Chain
-from .errors import InfeasibleBudget
 from .schedule import Checkpoint, Layer, Plan, Schedule, make_schedule
 
 __all__ = [
@@ -233,7 +233,7 @@ def _walk(snaps, table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fpre
     """``(time, peak, nesting)`` of revolve with ``snaps`` snapshots, from its plan tree.
 
     Nodes are costed children first: a node's peak above the memory it starts from, and
-    its time, do not depend on that memory. The simulator's rules (solver/simulate.py)
+    its time, do not depend on that memory. The simulator's rules (solver/chain/simulator.py)
     applied to a node: a checkpoint's forward ``F_ck(a), F_none(a+1..b-1)`` peaks at
     ``max(x[a+1] + ftmp[a], max_k x[k] + x[k+1] + ftmp[k])`` above its base (a range maximum
     from the sparse table) and leaves ``x[b]``; ``F_all``, the loss and ``B`` as listed
@@ -317,7 +317,7 @@ def _sparse_max_table(values: np.ndarray) -> np.ndarray:
 def revolve_costs(chain: Chain) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
     """``(snapshot counts, times, peaks)`` of revolve on ``chain`` for every offered count.
 
-    Times and peaks are those :func:`~solver.simulate.simulate` gives the plans' ops (up to
+    Times and peaks are those :func:`~solver.chain.simulator.simulate` gives the plans' ops (up to
     floating-point rounding), computed from the plan tree in compiled code: choosing the
     snapshot count needs every candidate's cost, and plans with few snapshots run O(L^2)
     ops. Cached per chain.

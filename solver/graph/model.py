@@ -4,7 +4,7 @@ Reference: Feng & Huang, "Optimal Gradient Checkpoint Search for Arbitrary Compu
 Graphs", CVPR 2021 (arXiv:1808.00079), section 3: training memory = the sizes of the
 gradient checkpoints + the largest memory cost of a local forward.
 
-Precisely, for a :class:`~solver.graph.Graph` and a set ``C`` of kept inner vertices:
+Precisely, for a :class:`~solver.graph.graph.Graph` and a set ``C`` of kept inner vertices:
 
 * The source (the given input) and the target (the loss) are always available and are left
   out of every sum, as Feng & Huang's code does.
@@ -26,7 +26,7 @@ Precisely, for a :class:`~solver.graph.Graph` and a set ``C`` of kept inner vert
     recompute(C) = sum(cost[v] for every recomputed vertex)  (each rebuilt once)
 
 The segments, in reverse topological order of the quotient graph, are also the order in
-which :func:`solver.graph_simulate.simulate_graph` runs their local forwards.
+which :func:`solver.graph.simulator.simulate_graph` runs their local forwards.
 """
 
 from __future__ import annotations

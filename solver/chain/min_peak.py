@@ -56,8 +56,8 @@ from typing import Literal, Sequence
 import numpy as np
 from numba import njit
 
-from .checkpoint_set import CheckpointSet
-from .errors import float_array
+from ..checkpoint_set import CheckpointSet
+from ..errors import float_array
 
 __all__ = ["min_peak_chain"]
 

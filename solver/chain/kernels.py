@@ -8,7 +8,7 @@ positions ``0..L`` (position ``L`` is the loss):
   ``cbw[L+1] = 0``),
 - ``cout[k]`` (``k = 0..L+1``): ``cout[i+1]`` is the part of ``cbw[i+1]`` that ``B(i)`` does not
   hold: the size of ``x[i+1]`` when layer ``i``'s output is outside its tape
-  (``Chain.output_in_tape[i]`` false), else 0 (see :mod:`solver.rotor`),
+  (``Chain.output_in_tape[i]`` false), else 0 (see :mod:`solver.chain.rotor`),
 - ``ftmp``, ``btmp``, ``fw``, ``bw`` (``L+1`` entries, the loss's entry 0),
 - ``ft`` (``L+1`` entries, the loss's 0): ``Chain.fwd_tape_time``, the cost of ``F_all(i)`` in
   the base case ``(i, i)``, where ``g[i+1]`` is held and ``B(i)`` follows at once (only the

@@ -17,7 +17,7 @@ With it, the DP's memory model agrees with the simulator: its schedules fit, and
 minimum budget is the simulated peak of its minimum-peak plan (tests/test_rotor.py checks
 both, against a brute-force recursion, and that the DP never loses to a baseline plan).
 
-Outputs outside the tape (``Chain.output_in_tape[i]`` false, :mod:`solver.simulate`) change
+Outputs outside the tape (``Chain.output_in_tape[i]`` false, :mod:`solver.chain.simulator`) change
 one term, ``cout[i+1] = x_size[i+1]`` where the flag is false (0 elsewhere). ``F_all(i)`` then
 stores ``tape[i]`` (``cbw[i+1] - cout[i+1]``) and ``x[i+1]`` on its own: the same
 ``cbw[i+1]`` as before, so both ``F_all(i)`` checks are unchanged (in the base case
@@ -34,7 +34,7 @@ time at each budget is the least simulated time of the persistent plans that fit
 small chains). With every flag true ``cout`` is zero and nothing changes. In the rounded
 table the tape ``B(i)`` holds is rounded up on its own, so it never under-counts.
 
-Tape-only forwards (``Chain.fwd_tape_time``, :mod:`solver.simulate`) change one term too:
+Tape-only forwards (``Chain.fwd_tape_time``, :mod:`solver.chain.simulator`) change one term too:
 the base case ``(i, i)``, ``i < L``, costs ``ft[i] + bw[i]`` instead of ``fw[i] + bw[i]``,
 because its ``F_all(i)`` runs while ``g[i+1]`` is held, the one situation in which the
 simulator charges ``fwd_tape_time``. The chain option's ``F_all(i)`` (``g[l+1]`` held, ``l >
@@ -64,10 +64,10 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import InfeasibleBudget
+from . import kernels
 from .chain import Chain
-from .errors import InfeasibleBudget
 from .schedule import Checkpoint, Layer, Plan, Schedule, make_schedule
-from . import rotor_kernels as kernels
 
 __all__ = [
     "RotorTable",
@@ -80,7 +80,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class _Padded:
-    """Rotor's padded arrays (float64, real units); see :mod:`solver.rotor_kernels`."""
+    """Rotor's padded arrays (float64, real units); see :mod:`solver.chain.kernels`."""
 
     cw: np.ndarray  # L + 2
     cbw: np.ndarray  # L + 2
@@ -113,7 +113,7 @@ def plan_from_decisions(length: int, decide: Callable[[int, int], int]) -> Plan:
     the chain option (``Layer(i)``, continue with ``(i+1, l)``) or ``j`` for the leaf option
     (``Checkpoint(i, j, plan of (i, j-1))``, continue with ``(j, l)``). Subproblems are
     visited depth first, a checkpoint's body before the rest of its spine: the order in
-    which :func:`solver.rotor_kernels.trace_time_plan` emits decisions. The subproblem
+    which :func:`solver.chain.kernels.trace_time_plan` emits decisions. The subproblem
     ``(l, l)`` is ``Layer(l)``, or nothing for the loss (``l == L``).
     """
     # Each frame: [i, l, items, checkpoint_start, checkpoint_stop] of one spine.

@@ -1,13 +1,13 @@
 """Checkmate's ILP on a tapeless chain, as simulator steps: ``solve(method="ilp")``.
 
-A :class:`~solver.chain.Chain` with ``xbar_size == x_size[1:]`` and zero ``fwd_tmp`` /
+A :class:`~solver.chain.chain.Chain` with ``xbar_size == x_size[1:]`` and zero ``fwd_tmp`` /
 ``bwd_tmp`` is exactly the model of :func:`TrainingGraph.from_chain
-<solver.training_graph.TrainingGraph.from_chain>`: ids ``0 .. L`` are ``x[0] .. x[L]``, id
+<solver.ilp.training_graph.TrainingGraph.from_chain>`: ids ``0 .. L`` are ``x[0] .. x[L]``, id
 ``L+1`` the loss vertex (size and cost 0), id ``L+2`` its backward ``B_loss`` (outputs
 ``g[L]``, cost 0) and id ``2L+3-k`` the backward of ``x[k]`` (Rotor's ``B(k-1)``, outputs
 ``g[k-1]``). :func:`ilp_chain_schedule` solves the ILP with ``backward_recompute=False``
-and translates its program order (:attr:`IlpSolution.order <solver.ilp.IlpSolution.order>`)
-into the simulator's steps (:func:`solver.exhaustive.replay`):
+and translates its program order (:attr:`IlpSolution.order <solver.ilp.solve.IlpSolution.order>`)
+into the simulator's steps (:func:`solver.chain.exhaustive.replay`):
 
 =====================  ==========================================================
 ILP action             step
@@ -55,12 +55,12 @@ is a lower bound on Rotor's, and every ILP schedule is a sequence of ops and dro
 
 from __future__ import annotations
 
-from .chain import Chain
-from .errors import InfeasibleBudget
-from .exhaustive import Step, replay
-from .ilp import IlpSolution, solve_ilp
-from .schedule import OpKind, Schedule
-from .simulate import MemoryState, apply_op, drop, initial_state
+from ..chain.chain import Chain
+from ..chain.exhaustive import Step, replay
+from ..chain.schedule import OpKind, Schedule
+from ..chain.simulator import MemoryState, apply_op, drop, initial_state
+from ..errors import InfeasibleBudget
+from .solve import IlpSolution, solve_ilp
 from .training_graph import TrainingGraph
 
 __all__ = ["check_tapeless", "ilp_steps", "ilp_chain_schedule"]
@@ -87,7 +87,7 @@ def check_tapeless(chain: Chain) -> None:
 def ilp_steps(chain: Chain, solution: IlpSolution) -> tuple[Step, ...]:
     """The simulator steps of an ILP solution on ``TrainingGraph.from_chain(chain)``.
 
-    The translation table and the proof that :func:`~solver.exhaustive.replay` costs them
+    The translation table and the proof that :func:`~solver.chain.exhaustive.replay` costs them
     at the ILP's objective and peak are in the module docstring.
     """
     L = chain.length
@@ -124,7 +124,7 @@ def ilp_chain_schedule(chain: Chain, budget: float, *, time_limit: float) -> Sch
     """The ILP's least-time schedule of a tapeless ``chain`` within ``budget``, replayed.
 
     Its ``ops`` are the steps of :func:`ilp_steps` (ops and drops), its ``time`` and
-    ``peak`` those of :func:`~solver.exhaustive.replay`, and ``plan`` is ``None``: the
+    ``peak`` those of :func:`~solver.chain.exhaustive.replay`, and ``plan`` is ``None``: the
     schedule is generally not persistent. ``method`` is ``"ilp"``, or says that the time
     limit stopped HiGHS before it proved optimality.
 

@@ -30,7 +30,7 @@ backend's ``jax.vjp`` does) but is not stored. That own ``x[i+1]`` is then freed
 the rules above (``F_none(i+1)``, the loss, ``B(i+1)``). In a plan's op sequence this never
 holds more than the all-true model at any moment (``F_none(i+1)`` never follows
 ``F_all(i)`` in a plan; tests/test_simulate.py checks every plan of small chains). Rotor's
-dynamic program models the flags exactly (:mod:`solver.rotor`).
+dynamic program models the flags exactly (:mod:`solver.chain.rotor`).
 
 Times: every op costs its layer's ``fwd_time`` / ``bwd_time`` (the loss 0), except
 ``F_all(i)`` while ``g[i+1]`` is stored, which costs ``fwd_tape_time[i]``: the backward has

@@ -1,9 +1,9 @@
 """Lagrangian lower bounds on the recompute the rest of a graph must add (budgeted search).
 
-The budgeted search of :mod:`solver.acg` asks, per max-term interval, for the least
+The budgeted search of :mod:`solver.graph.search` asks, per max-term interval, for the least
 recompute of a checkpoint set whose segments fit ``seg_limit`` and whose checkpoint bytes fit
 ``L = size_limit``, and only cares about sets under ``rc_limit`` (the best set found so far).
-Along the top-level linear division (:func:`solver.acg_dp.evaluate`) a partial set ``X``
+Along the top-level linear division (:func:`solver.graph.dp.evaluate`) a partial set ``X``
 covers a prefix of the graph; every completion ``Y`` covers the rest ``R`` and has
 ``size(Y) <= L - size(X)``. For every multiplier ``lam >= 0``:
 
@@ -122,7 +122,7 @@ def _keep(size: np.ndarray, rc: np.ndarray, rest: np.ndarray, lambdas: np.ndarra
     return out
 
 
-_RIGHT_KEPT = frozenset({"cc", "oc"})  # end states (solver.acg_dp) whose last endpoint is kept
+_RIGHT_KEPT = frozenset({"cc", "oc"})  # end states (solver.graph.dp) whose last endpoint is kept
 
 
 class SeriesBounds:

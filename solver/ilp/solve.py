@@ -5,7 +5,7 @@ Memory Wall with Optimal Tensor Rematerialization", MLSys 2020, section 4 (the M
 frontier-advancing stages) and appendix (the linearisation of ``FREE``), solved with
 ``scipy.optimize.milp`` (HiGHS).
 
-**Training graph.** :class:`~solver.training_graph.TrainingGraph` (forward vertices, then one
+**Training graph.** :class:`~solver.ilp.training_graph.TrainingGraph` (forward vertices, then one
 backward vertex per non-source forward vertex) is what the ILP schedules.
 
 **ILP** (``T = N`` stages for ``N`` training vertices, 0-based). Binaries ``R[t,i]``
@@ -67,7 +67,7 @@ both formulations against each other, and everything against an exhaustive enume
 of the class on tiny graphs.
 
 **One-slot cuts.** With a fixed budget (not in :func:`ilp_min_peak`), :meth:`IlpModel.solve
-<solver.ilp_model.IlpModel.solve>` adds valid inequalities: they remove no feasible
+<solver.ilp.model.IlpModel.solve>` adds valid inequalities: they remove no feasible
 schedule, so no optimum. For a stage ``t`` and an interval ``U = {a..m}`` of ids
 (``1 <= a <= m < t``), let ``K = U - deps(t)``, ``entry(U)`` the ids of ``U`` none of whose
 inputs is in ``U``, and ``room = budget - M_t - sum_{deps(t)} M_i - M_0`` (``M_0`` only if
@@ -90,8 +90,8 @@ at budget 6 they close the gap: LP bound 52 -> 62 (= optimum) for 15 vertices an
 72 -> 95 for 20; proving time 2.1 s -> 0.3 s and 37 s -> 1 s.
 
 **Window cuts.** With a fixed budget, :meth:`IlpModel.solve
-<solver.ilp_model.IlpModel.solve>` also adds valid inequalities that the LP relaxation
-violates (:meth:`~solver.ilp_model.IlpModel.window_cuts_for`). For stages
+<solver.ilp.model.IlpModel.solve>` also adds valid inequalities that the LP relaxation
+violates (:meth:`~solver.ilp.model.IlpModel.window_cuts_for`). For stages
 ``1 <= s <= t`` and an interval ``U = {a..i}`` of ids (``1 <= a <= i < t``), with
 ``entry(U)`` as above::
 
@@ -137,7 +137,7 @@ variables for HiGHS to branch on (presolve removes them), an explicit objective 
 slower). Of HiGHS's options only ``mip_pscost_minreliable = 0`` (pseudocosts trusted at
 once, less strong branching) helps: about 2x on unit chains, never slower on the
 benchmark; ``scipy.optimize.milp`` passes it verbatim
-(:data:`solver.ilp_model.HIGHS_OPTIONS`). Tried with the window cuts (unit-chain20 /
+(:data:`solver.ilp.model.HIGHS_OPTIONS`). Tried with the window cuts (unit-chain20 /
 budget 8, 117 s before them, 12-16 s with them): the slot version of the window cut
 (kept values of ``U`` after ``t`` at most ``Q`` times the right side) and one-slot cuts
 lifted by other kept values (``kept(K) + kept(O) <= (Q - |O|) right + |O|``), valid and
@@ -177,7 +177,7 @@ descending, reversed: 12-19 s) and the HiGHS options ``mip_heuristic_run_rins``,
 
 ``backward_recompute=False`` additionally fixes ``R[t,b] = 0`` for every backward vertex
 ``b`` and ``t > b``: a subclass (a gradient computed once), the one the chain simulator can
-replay (:mod:`solver.ilp_chain`, ``solve(method="ilp")``). It never changed the optimum on
+replay (:mod:`solver.ilp.chain_adapter`, ``solve(method="ilp")``). It never changed the optimum on
 75 random chains of 3-7 vertices we tried; on small DAGs recomputing a gradient
 sometimes helps (found on 5 of 75 random DAGs).
 
@@ -206,7 +206,7 @@ while it runs. Not counted: parameters and their gradients, an operation's trans
 workspace, the seed gradient of the loss. ``IlpSolution.peak`` is recomputed from the
 returned program order (:func:`_program_order`), not read off the solver's variables.
 
-**Differences from the chain simulator** (:mod:`solver.simulate`, Rotor's model):
+**Differences from the chain simulator** (:mod:`solver.chain.simulator`, Rotor's model):
 Checkmate has no *tape*: a backward reads forward tensors that must be resident (its
 inputs and output), so Rotor's ``xbar_size[i] > x_size[i+1]`` (residuals beyond the
 output) has no counterpart, and neither have ``fwd_tmp`` / ``bwd_tmp``; a value may be
@@ -231,9 +231,9 @@ from typing import Hashable, Literal, Sequence
 import numpy as np
 from scipy import optimize
 
-from .errors import InfeasibleBudget, check_real
-from .graph import Graph
-from .ilp_model import IlpModel
+from ..errors import InfeasibleBudget, check_real
+from ..graph.graph import Graph
+from .model import IlpModel
 from .training_graph import TrainingGraph
 
 __all__ = ["TrainingGraph", "IlpSolution", "solve_ilp", "ilp_min_peak"]
@@ -412,7 +412,7 @@ def solve_ilp(
       mip_gap: relative optimality gap at which HiGHS may stop (0: prove optimality).
       backward_recompute: ``False`` computes every backward vertex exactly once (no
         gradient recomputation): the class the chain simulator can replay
-        (:mod:`solver.ilp_chain`).
+        (:mod:`solver.ilp.chain_adapter`).
 
     Returns:
       An :class:`IlpSolution`.

@@ -3,7 +3,7 @@
 Reference: Jianwei Feng and Dong Huang, "Optimal Gradient Checkpoint Search for Arbitrary
 Computation Graphs", CVPR 2021 (arXiv:1808.00079).
 
-**Model** (:mod:`solver.graph_model`): the training memory of a set ``C`` of kept inner
+**Model** (:mod:`solver.graph.model`): the training memory of a set ``C`` of kept inner
 vertices is ``sum(size[v] for v in C) + max(cost of a segment)``, where the segments are the
 groups of recomputed vertices rebuilt by one local forward (connected components of the
 recomputed vertices, merged when they lie on a common cycle through checkpoints) and the
@@ -14,7 +14,7 @@ and the target are always available and are left out of every sum, as their code
 **Search.** As in the paper, the answer is the minimum over the *max term* ``m`` (the bound on
 the largest segment) of ``m + f(m)``, where ``f(m)`` is the least checkpoint memory whose
 segments all fit in ``m``; ``f`` is computed on the division tree (linear, branch and complex
-divisions of independent segments, :mod:`solver.division`). On a linear graph the DP at one
+divisions of independent segments, :mod:`solver.graph.division`). On a linear graph the DP at one
 ``m`` is exactly the accessibility-graph shortest path of the paper (edge ``u -> v`` when the
 segment strictly between them fits in ``m``, weighted by ``size[v]``), computed as a front
 sweep. Departures from the paper, all to make the result exact for the model above:
@@ -23,14 +23,14 @@ sweep. Departures from the paper, all to make the result exact for the model abo
   checkpoints ("expanded" segments). A recomputed endpoint can also be cut off from the rest
   of its segment by checkpoints inside (e.g. keep one vertex of each branch of an inception
   module and recompute the module's input and output with different neighbours): our DP
-  tracks, per segment, which recomputed bytes attach to each endpoint (solver.acg_dp).
+  tracks, per segment, which recomputed bytes attach to each endpoint (solver.graph.dp).
 * Instead of enumerating every distinct max term (quadratically many per linear division),
   ``m`` is searched by branch and bound: ``f`` never increases with ``m``, so on an interval
   ``[lo, hi)`` of max terms ``m + f(m) >= lo + f(hi)``. Intervals whose bound cannot beat
   the best set found are dropped; the others are evaluated at their top: the set found there
   has a largest segment ``m' <= m`` that fixes ``f`` on ``[m', m]``, and what is left below
   ``m'`` is split in two.
-* Complex divisions are enumerated exactly up to ``solver.acg_dp.COMPLEX_LIMIT`` inner vertices;
+* Complex divisions are enumerated exactly up to ``solver.graph.dp.COMPLEX_LIMIT`` inner vertices;
   beyond, only the smallest inner vertices are candidates (a heuristic, with a warning). The
   paper keeps every division vertex of an expanded complex division.
 
@@ -48,7 +48,7 @@ segment in the interval, so its least recompute bounds them from below. An inter
 when its least relaxed set really fits; otherwise it is split into three pieces that all
 exclude that set. Two things keep the fronts small:
 
-* a Lagrangian bound (:mod:`solver.acg_bounds`) on the recompute the rest of the graph must
+* a Lagrangian bound (:mod:`solver.graph.bounds`) on the recompute the rest of the graph must
   add drops partial sets along the top-level linear division that cannot beat a *cap*;
   its multipliers include every vertex's recompute per byte (the kinks of the bound);
 * the cap starts just above the interval's lower bound and grows by 1 % to 8 % steps: an
@@ -119,13 +119,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .acg_bounds import Lagrangian
-from .acg_dp import Context, FrontLimit, TimeLimit, evaluate
-from .checkpoint_set import CheckpointSet
+from ..checkpoint_set import CheckpointSet
+from ..errors import InfeasibleBudget, check_real
+from .bounds import Lagrangian
 from .division import Node, division_tree
-from .errors import InfeasibleBudget, check_real
+from .dp import Context, FrontLimit, TimeLimit, evaluate
 from .graph import Graph
-from .graph_model import memory_of, segments_of
+from .model import memory_of, segments_of
 
 __all__ = ["checkpoint_search"]
 

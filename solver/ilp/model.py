@@ -1,6 +1,6 @@
-"""The matrices of Checkmate's ILP for one training graph (used by :mod:`solver.ilp`).
+"""The matrices of Checkmate's ILP for one training graph (used by :mod:`solver.ilp.solve`).
 
-:class:`IlpModel` builds the variables, rows and objective that :mod:`solver.ilp`'s module
+:class:`IlpModel` builds the variables, rows and objective that :mod:`solver.ilp.solve`'s module
 docstring states (Jain et al., "Checkmate", MLSys 2020, section 4 and appendix), in either
 formulation, with or without the reductions, adds the one-slot cuts for the budget at
 hand, separates the window cuts against the LP relaxation, and solves the lot with
@@ -22,7 +22,7 @@ __all__ = ["IlpModel", "last_descendant"]
 # HiGHS options beyond scipy's documented ones (scipy passes them on verbatim, with a
 # warning). Pseudocosts are trusted from the first observation instead of after 8 strong
 # branchings: about 2x faster on unit-size chains, never slower on the benchmark
-# (benchmarks/ilp_speed.py; solver.ilp's module docstring).
+# (benchmarks/ilp_speed.py; solver.ilp.solve's module docstring).
 HIGHS_OPTIONS: dict[str, float | int | bool] = {"mip_pscost_minreliable": 0}
 
 # Window-cut separation (IlpModel.window_cuts_for): the least violation for a cut to be
@@ -55,16 +55,16 @@ class IlpModel:
       graph: the training graph.
       formulation: ``"liveness"`` or ``"checkmate"``.
       min_peak: minimise the peak ``B`` instead of the compute cost.
-      reductions: add the reductions of the module docstring of :mod:`solver.ilp` (the
+      reductions: add the reductions of the module docstring of :mod:`solver.ilp.solve` (the
         two usefulness cuts, ``R + S <= 1`` and the dead-value fixing). ``False`` gives the
         plain model, which the tests solve to check that the reductions keep the optimum.
       backward_recompute: allow recomputing backward vertices; ``False`` computes each
-        one once, in its own stage (the chain simulator's class, :mod:`solver.ilp_chain`).
-      slot_cuts: add the one-slot cuts of :mod:`solver.ilp`'s module docstring at every
+        one once, in its own stage (the chain simulator's class, :mod:`solver.ilp.chain_adapter`).
+      slot_cuts: add the one-slot cuts of :mod:`solver.ilp.solve`'s module docstring at every
         stage whose end leaves room for one more value of an interval (built per budget in
         :meth:`solve`; only with ``reductions`` and a fixed budget). ``False`` for the tests
         that check them against the model without.
-      window_cuts: add the window cuts of :mod:`solver.ilp`'s module docstring that the LP
+      window_cuts: add the window cuts of :mod:`solver.ilp.solve`'s module docstring that the LP
         relaxation violates (separated per budget in :meth:`solve` by
         :meth:`window_cuts_for`; only with ``reductions`` and a fixed budget). ``False``
         for the tests that check them against the model without.
@@ -218,7 +218,7 @@ class IlpModel:
             self._memory_row({("U", t, k): 1.0}, min_peak)
 
     def _liveness_rows(self, t: int, min_peak: bool) -> None:
-        """The liveness memory constraints of stage ``t`` (module docstring of solver.ilp).
+        """The liveness memory constraints of stage ``t`` (module docstring of solver.ilp.solve).
 
         ``L[t,i,j]`` exists only for the users ``j <= t`` of ``i``: ``L[t,i,k]`` at any
         other ``k`` equals ``L`` at the first user ``j >= k`` (or ``S[t+1,i]`` past the
@@ -249,7 +249,7 @@ class IlpModel:
             self._memory_row(terms, min_peak)
 
     def slot_cuts_for(self, budget: float) -> sparse.csr_array:
-        """The one-slot cuts for ``budget`` (module docstring of :mod:`solver.ilp`), ``<= 0``.
+        """The one-slot cuts for ``budget`` (module docstring of :mod:`solver.ilp.solve`), ``<= 0``.
 
         For a stage ``t`` and an interval ``U = {a..m}`` of ids (``1 <= a <= m < t``), let
         ``K`` be the ids of ``U`` outside ``deps(t)`` whose ``S[t+1]`` is not fixed at 0.
@@ -300,7 +300,7 @@ class IlpModel:
         return sparse.csr_array((values, (rows, cols)), shape=(count, len(self.index)))
 
     def window_cuts_for(self, budget: float, time_limit: float = np.inf) -> sparse.csr_array:
-        """Window cuts (module docstring of :mod:`solver.ilp`) that the LP relaxation violates.
+        """Window cuts (module docstring of :mod:`solver.ilp.solve`) that the LP relaxation violates.
 
         For stages ``1 <= s <= t`` and an interval ``U = {a..i}`` of ids (``1 <= a <= i <
         t``) the row is ``S[t,i] + R[t,i] - sum_{u in U} S[s,u] - sum_{r=s..t} sum_{u in

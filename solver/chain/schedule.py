@@ -176,7 +176,7 @@ class Schedule:
     Attributes:
       ops: Rotor's op sequence, ``(OpKind, layer)`` pairs (``layer == L`` for the loss).
         When ``plan`` is ``None`` it may also hold early frees ``("drop", (name, k))``:
-        cost it with :func:`solver.exhaustive.replay` rather than :func:`solver.simulate`.
+        cost it with :func:`solver.chain.exhaustive.replay` rather than :func:`solver.simulate`.
       time: total time under :func:`solver.simulate` (or ``replay``) with the real sizes.
       peak: peak memory under :func:`solver.simulate` (or ``replay``), ``x[0]`` included.
       plan: the same schedule as a nested plan of ``Layer`` and ``Checkpoint`` items, which
@@ -214,7 +214,7 @@ class Schedule:
 
 def make_schedule(chain: Chain, plan: Plan, method: str = "") -> Schedule:
     """Build a :class:`Schedule` from a plan, costing it with the simulator."""
-    from .simulate import simulate  # local import: simulate imports this module
+    from .simulator import simulate  # local import: simulate imports this module
 
     ops = plan_to_ops(plan, chain.length)
     time, peak = simulate(chain, ops)

@@ -1,7 +1,7 @@
 """Simulate a checkpointed training step on a computation graph: time and peak memory.
 
-The graph counterpart of :mod:`solver.simulate` (which runs Rotor's chain ops): it runs an
-explicit sequence of ops on a :class:`~solver.graph.Graph`, counting memory in program order,
+The graph counterpart of :mod:`solver.chain.simulator` (which runs Rotor's chain ops): it runs an
+explicit sequence of ops on a :class:`~solver.graph.graph.Graph`, counting memory in program order,
 and checks that every op has what it needs. Ops are ``(kind, vertex name)`` pairs:
 
 =========  ========================================  ======================================
@@ -28,7 +28,7 @@ The source's value is stored at the start; it cannot be recomputed.
 keeps the checkpoints (and source and target) and frees every other value once its
 readers have run; the backward runs every ``B`` whose gradient is complete and whose
 values are stored (and, inside a segment, once the segment is rebuilt), and otherwise
-rebuilds one whole segment (:mod:`solver.graph_model`) by a local forward, preferring a segment whose other readers are all ready, so that it can be
+rebuilds one whole segment (:mod:`solver.graph.model`) by a local forward, preferring a segment whose other readers are all ready, so that it can be
 finished and freed before the next one is rebuilt. Values are freed as soon as nothing
 pending reads them. Each segment is rebuilt once, so the simulated time is
 
@@ -51,9 +51,9 @@ from typing import Hashable, Iterable, Sequence
 
 import numpy as np
 
-from .checkpoint_set import CheckpointSet
+from ..checkpoint_set import CheckpointSet
 from .graph import Graph
-from .graph_model import checkpoint_ids, segments_of
+from .model import checkpoint_ids, segments_of
 
 __all__ = ["schedule_graph", "simulate_graph", "GraphOp"]
 

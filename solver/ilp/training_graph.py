@@ -1,6 +1,6 @@
-"""The training graph of a forward graph: what Checkmate's ILP schedules (:mod:`solver.ilp`).
+"""The training graph of a forward graph: what Checkmate's ILP schedules (:mod:`solver.ilp.solve`).
 
-:class:`TrainingGraph` turns a forward :class:`~solver.graph.Graph`
+:class:`TrainingGraph` turns a forward :class:`~solver.graph.graph.Graph`
 into the graph the ILP schedules: the forward vertices ``0 .. n-1`` in the graph's
 topological order, then one backward vertex ``B_v`` for each non-source forward vertex
 ``v``, in reverse order (``B_{n-1}`` first). ``B_v`` is the backward of the operation that
@@ -8,7 +8,7 @@ produced ``v``: it reads the gradient of ``v`` (the outputs of ``B_w`` for every
 ``w`` of ``v``), ``v``'s inputs and ``v`` itself, and outputs the gradients of ``v``'s
 inputs, so its size is the sum of their sizes. The target's backward reads no gradient
 (the seed of the loss is not a tensor). ``TrainingGraph.from_chain`` builds the training
-graph of a Rotor :class:`~solver.chain.Chain` so that the two models can be compared.
+graph of a Rotor :class:`~solver.chain.chain.Chain` so that the two models can be compared.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from .chain import Chain
-from .graph import Graph
+from ..chain.chain import Chain
+from ..graph.graph import Graph
 
 __all__ = ["TrainingGraph"]
 

@@ -1,4 +1,4 @@
-"""Pareto fronts of partial checkpoint sets, the currency of the division-tree DP (solver.acg).
+"""Pareto fronts of partial checkpoint sets, the currency of the division-tree DP (solver.graph.search).
 
 A :class:`Front` holds candidate checkpoint sets of one independent segment as parallel
 numpy columns:
@@ -269,7 +269,7 @@ def prune(
         up in segments at least that large). The caller keeps it fixed between calls that
         share a cache: it is not passed to ``record``.
       bound: ``bound(a, b, size, rc)`` says which candidates may still be completed into a
-        set under some limit (:mod:`solver.acg_bounds`); it must be monotone (it never keeps
+        set under some limit (:mod:`solver.graph.bounds`); it must be monotone (it never keeps
         a candidate that another one it drops dominates). Applied last.
     """
     kwargs = dict(columns=columns, seg_limit=seg_limit, size_limit=size_limit, with_rc=with_rc,
