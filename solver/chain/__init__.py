@@ -21,11 +21,18 @@ from .schedule import (
     Plan,
     Schedule,
     format_plan,
-    make_schedule,
     plan_to_ops,
     validate_plan,
 )
-from .simulator import MemoryState, apply_op, drop, initial_state, memory_trace, simulate
+from .simulator import (
+    MemoryState,
+    apply_op,
+    drop,
+    initial_state,
+    make_schedule,
+    memory_trace,
+    simulate,
+)
 
 __all__ = [
     "apply_op",

@@ -16,7 +16,7 @@
   on the real chain: the fastest plan (real times) whose real peak fits the budget.
 
 Every baseline's :class:`~solver.chain.schedule.Schedule` is built by
-:func:`~solver.chain.schedule.make_schedule`, so its time and peak are the simulator's on the real
+:func:`~solver.chain.simulator.make_schedule`, so its time and peak are the simulator's on the real
 sizes, and a baseline that does not fit raises :class:`~solver.errors.InfeasibleBudget`
 carrying the smallest budget at which the method gives a schedule.
 """
@@ -32,7 +32,8 @@ from numba import njit
 
 from ..errors import InfeasibleBudget
 from .chain import Chain
-from .schedule import Checkpoint, Layer, Plan, Schedule, make_schedule
+from .schedule import Checkpoint, Layer, Plan, Schedule
+from .simulator import make_schedule
 
 __all__ = [
     "BASELINE_METHODS",

@@ -67,7 +67,8 @@ import numpy as np
 from ..errors import InfeasibleBudget
 from . import kernels
 from .chain import Chain
-from .schedule import Checkpoint, Layer, Plan, Schedule, make_schedule
+from .schedule import Checkpoint, Layer, Plan, Schedule
+from .simulator import make_schedule
 
 __all__ = [
     "RotorTable",

@@ -22,8 +22,6 @@ import dataclasses
 import enum
 from typing import Union
 
-from .chain import Chain
-
 __all__ = [
     "OpKind",
     "Op",
@@ -33,7 +31,6 @@ __all__ = [
     "Schedule",
     "plan_to_ops",
     "validate_plan",
-    "make_schedule",
     "format_plan",
 ]
 
@@ -210,12 +207,3 @@ class Schedule:
             f"Schedule(method={self.method!r}, time={self.time:.6g}, peak={self.peak:.6g}, "
             f"plan={'None (not persistent)' if self.plan is None else format_plan(self.plan)})"
         )
-
-
-def make_schedule(chain: Chain, plan: Plan, method: str = "") -> Schedule:
-    """Build a :class:`Schedule` from a plan, costing it with the simulator."""
-    from .simulator import simulate  # local import: simulate imports this module
-
-    ops = plan_to_ops(plan, chain.length)
-    time, peak = simulate(chain, ops)
-    return Schedule(ops=ops, time=time, peak=peak, plan=tuple(plan), method=method)

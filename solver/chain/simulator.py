@@ -38,6 +38,8 @@ passed layer ``i+1``, so only ``B(i)`` will read what it computes (``Chain.fwd_t
 
 Storing a value that is already stored is an invalid sequence, like a missing input.
 The state is a small immutable record of bitmasks so that exhaustive searches can hash it.
+
+:func:`make_schedule` costs a plan (:mod:`solver.chain.schedule`) with the simulator.
 """
 
 from __future__ import annotations
@@ -48,9 +50,17 @@ from typing import Iterable
 import numpy as np
 
 from .chain import Chain
-from .schedule import Op, OpKind
+from .schedule import Op, OpKind, Plan, Schedule, plan_to_ops
 
-__all__ = ["MemoryState", "initial_state", "apply_op", "drop", "simulate", "memory_trace"]
+__all__ = [
+    "MemoryState",
+    "initial_state",
+    "apply_op",
+    "drop",
+    "simulate",
+    "memory_trace",
+    "make_schedule",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,3 +246,10 @@ def simulate(chain: Chain, ops: Iterable[Op], *, complete: bool = True) -> tuple
     if complete and not state.g & 1:
         raise ValueError("The sequence never computes g[0]: it does not finish the backward pass.")
     return float(time), float(peak)
+
+
+def make_schedule(chain: Chain, plan: Plan, method: str = "") -> Schedule:
+    """Build a :class:`Schedule` from a plan, costing it with the simulator."""
+    ops = plan_to_ops(plan, chain.length)
+    time, peak = simulate(chain, ops)
+    return Schedule(ops=ops, time=time, peak=peak, plan=tuple(plan), method=method)
