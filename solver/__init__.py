@@ -15,6 +15,7 @@ from .chain import (
     Checkpoint,
     ExhaustiveResult,
     Layer,
+    LayerOptions,
     MemoryState,
     Op,
     OpKind,
