@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import solver  # noqa: E402
 from jax_memory import MODELS, _flops, _loss, _plain  # noqa: E402
 from jaxremat import activation_memory, remat_sequence  # noqa: E402
+from solver.chain.baselines import baseline_schedule  # noqa: E402
 
 UNIFORM = {
     "nothing": jax.checkpoint_policies.nothing_saveable,
@@ -49,6 +50,27 @@ def uniform(layers, policy):
         return lambda params, x: _plain(layers, params, x)
     wrapped = [jax.checkpoint(layer, policy=policy, prevent_cse=True) for layer in layers]
     return lambda params, x: _plain(wrapped, params, x)
+
+
+def uniform_prediction(plan, name):
+    """The chain's predicted peak of the uniform policy ``name`` (from a jaxremat plan's
+    profile): every layer stored with that option, or, for ``nothing``, every layer
+    checkpointed. ``None`` where a layer has no option equal to it (dropped as dominated)."""
+    chain = plan.chain
+    if name == "nothing":
+        return baseline_schedule(chain, "every_layer", float("inf")).peak
+    items = []
+    for layer in plan.layers:
+        names = layer.option_names
+        merged = dict(layer.dropped).get(name, "")
+        if name not in names and merged.startswith("same tape as "):
+            name_here = merged[len("same tape as "):].strip("'")
+        else:
+            name_here = name
+        if name_here not in names:
+            return None
+        items.append(solver.Layer(layer.index, names.index(name_here)))
+    return solver.make_schedule(chain, tuple(items)).peak
 
 
 def measure(run, params, x):
@@ -92,9 +114,17 @@ def model_table(name, args):
         print(f"| {label} | {budget / plain_mem:.1%} | {best[1] if best else '-'} | "
               f"{f'{best[0]:.3f}' if best else '-'} | {mem / plain_mem:.1%} | {ratio:.3f} | "
               f"{', '.join(used)} | {met} |   ({time.perf_counter() - start:.1f} s)")
-    print("\nuniform policies (measured):")
+    print("\nuniform policies: measured memory and flops, and the chain's predicted peak of "
+          "the same plan (why jaxremat may not reach it at that budget):")
+    profiled = remat_sequence(layers, int(plain_mem * 10), costs=args.costs, policies=policies)
+    plan = profiled.plan(params, x)
     for policy_name, (mem, flops) in rows.items():
-        print(f"  {policy_name:>14}: memory {mem / plain_mem:6.1%} of plain, flops {flops:.3f}x")
+        name = "everything" if policy_name == "everything" else policy_name
+        predicted = uniform_prediction(plan, name) if policies is None or name in (
+            "nothing", "everything") else None
+        text = "n/a" if predicted is None else f"{predicted / plain_mem:6.1%} ({predicted / mem:.3f}x measured)"
+        print(f"  {policy_name:>14}: memory {mem / plain_mem:6.1%} of plain, flops {flops:.3f}x; "
+              f"predicted {text}")
 
 
 def main() -> None:

@@ -131,6 +131,10 @@ class Plan:
         chosen = chosen_options(self.schedule.plan)
         return [layer.option_names[chosen.get(layer.index, 0)] for layer in self.layers]
 
+    def _option_names(self) -> tuple[tuple[str, ...], ...] | None:
+        options = getattr(self.chain, "options", None)
+        return None if options is None else options.names
+
     @property
     def forward_counts(self) -> list[int]:
         """How many times each layer's forward runs in a training step."""
@@ -187,7 +191,7 @@ class Plan:
             f"{format_bytes(self.no_remat_peak)})",
             f"  predicted time  {_format_time(self.predicted_time)} "
             f"({self.predicted_time / max(self.no_remat_time, 1e-300):.3f}x no remat)",
-            f"  plan            {format_plan(self.schedule.plan)}",
+            f"  plan            {format_plan(self.schedule.plan, names=self._option_names())}",
             "",
             f"  {'layer':>5} {'input':>11} {'tape':>11} {'fwd tmp':>11} {'bwd tmp':>11} "
             f"{'fwd':>9} {'tape fwd':>9} {'bwd':>9} {'runs':>4}  decision{per}",

@@ -88,6 +88,7 @@ from typing import Any, Callable, Sequence
 import jax
 
 from solver import Chain
+from solver.chain.options import LayerOptions
 
 from .costs import lowered_costs
 from .policies import PolicyOption, check_policies, layer_menu, marked_names
@@ -315,11 +316,9 @@ def _profile_one(
 
 
 def with_options(chain: Chain, profiles: Sequence[LayerProfile]) -> Chain:
-    """``chain`` with the layers' options (``Chain.options``); unchanged when none has any
-    or the solver does not model options yet."""
-    if not any(p.options for p in profiles) or not hasattr(chain, "with_options"):
+    """``chain`` with the layers' options (``Chain.options``); unchanged when none has any."""
+    if not any(p.options for p in profiles):
         return chain
-    from solver.chain.options import LayerOptions
 
     extra = [[dict(xbar_size=o.tape_bytes, fwd_time=o.fwd_time, fwd_tape_time=o.fwd_tape_time,
                    bwd_time=o.bwd_time, fwd_tmp=o.fwd_tmp, bwd_tmp=o.bwd_tmp,

@@ -18,15 +18,6 @@ from jaxremat.policies import DEFAULT_POLICIES, check_policies, layer_menu, mark
 from jaxremat.profile import profile_sequence
 from solver import Checkpoint, Layer
 
-try:
-    Layer(0, 1)
-except TypeError:  # TEMPORARY until the solver's Layer has options (branch opts-solver)
-    import dataclasses
-
-    @dataclasses.dataclass(frozen=True)
-    class Layer(solver.Layer):  # type: ignore[no-redef]
-        option: int = 0
-
 D, T, B = 16, 8, 2
 
 
@@ -142,16 +133,6 @@ def test_profile_options_smaller_tapes_dearer_backward():
     np.testing.assert_array_equal(bare.chain.bwd_time, profile.chain.bwd_time)
 
 
-def _chain_with(profile, chosen):
-    """The single-option chain whose layer i is ``profile``'s option ``chosen[i]``."""
-    fields = {"xbar_size": "tape_bytes", "fwd_time": "fwd_time", "bwd_time": "bwd_time",
-              "fwd_tmp": "fwd_tmp", "bwd_tmp": "bwd_tmp", "output_in_tape": "output_in_tape",
-              "fwd_tape_time": "fwd_tape_time"}
-    picked = [layer if k == 0 else layer.options[k - 1] for layer, k in zip(profile.layers, chosen)]
-    columns = {field: [getattr(p, attr) for p in picked] for field, attr in fields.items()}
-    return solver.Chain(x_size=profile.chain.x_size, **columns)
-
-
 def test_option_peak_is_what_the_meter_sees():
     """Every option stored on every layer: the simulator's peak with the option's sizes is
     the meter's (program order) peak of the applied plan, within the profile's tolerance."""
@@ -161,8 +142,7 @@ def test_option_peak_is_what_the_meter_sees():
     for option in range(1, max(len(p) for p in policies)):
         chosen = [min(option, len(p) - 1) for p in policies]
         plan = tuple(Layer(i, k) for i, k in enumerate(chosen))
-        predicted = solver.make_schedule(_chain_with(profile, chosen),
-                                         tuple(Layer(i) for i in range(4))).peak
+        predicted = solver.make_schedule(profile.chain, plan).peak
         measured = activation_memory(
             loss_of(lambda ps, x: apply_plan(plan, layers, ps, x, policies=policies)), params, x)
         assert 0.85 * predicted <= measured <= predicted * 1.02, (chosen, measured, predicted)
@@ -176,14 +156,13 @@ def test_rejected_policy_is_dropped_and_reported():
         return False
 
     layers, params, x = stack()
-    profile = profile_sequence(layers, params, x, policies=("dots", refuses, saves_nothing))
-    for layer in profile.layers:
+    seq = remat_sequence(layers[:2], "90%", policies=("dots", refuses, saves_nothing))
+    plan = seq.plan(params[:2], x)
+    for layer in plan.layers:
         reasons = dict(layer.dropped)
         assert reasons["refuses"].startswith("rejected: ValueError: this policy refuses")
-        assert "refuses" not in layer.option_names
-    seq = remat_sequence(layers, "60%", policies=("dots", refuses))
-    report = str(seq.plan(params, x))
-    assert "option 'refuses' dropped on layers 0-3: rejected" in report
+        assert "refuses" not in layer.option_names and "saves_nothing" in layer.option_names
+    assert "option 'refuses' dropped on layers 0-1: rejected" in plan.report()
 
 
 # --------------------------------------------------------------------------- applying
@@ -225,3 +204,94 @@ def test_remat_sequence_policies_plain_gradients(policies):
     if policies == ():
         assert set(plan.options) == {"everything"}
     assert all("policy" in d for d, o in zip(plan.decisions(), plan.options) if o != "everything")
+
+
+# ------------------------------------------------------------------------------- Flax
+
+
+def _hand_plan(policy, calls):
+    """Every layer of three under ``policy`` (option 1), the last two in a checkpoint; the
+    policy's calls are counted in ``calls``."""
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return policy(*args, **kwargs)
+
+    plan = (Layer(0, 1), Checkpoint(1, 3, (Layer(1, 1), Layer(2, 1))))
+    return plan, ((None, counted),) * 3
+
+
+@pytest.mark.parametrize("policy", ["dots", "names"])
+def test_nnx_option_transform_gives_plain_gradients(policy, monkeypatch):
+    from types import SimpleNamespace
+
+    from flax import nnx
+
+    import jaxremat.flax.nnx as jnnx
+
+    class Block(nnx.Module):
+        def __init__(self, rngs):
+            self.up = nnx.Linear(D, 4 * D, rngs=rngs)
+            self.down = nnx.Linear(4 * D, D, rngs=rngs)
+
+        def __call__(self, x):
+            return x + self.down(checkpoint_name(jax.nn.gelu(self.up(x)), "hidden"))
+
+    chosen = (jax.checkpoint_policies.dots_saveable if policy == "dots"
+              else jax.checkpoint_policies.save_only_these_names("hidden"))
+    calls = []
+    plan, policies = _hand_plan(chosen, calls)
+    monkeypatch.setattr(jnnx, "plan_modules", lambda *args, **kwargs: SimpleNamespace(
+        schedule=SimpleNamespace(plan=plan), policies=policies))
+    x = jax.random.normal(jax.random.key(1), (B, D))
+    remat = jnnx.RematSequential(*[Block(nnx.Rngs(i)) for i in range(3)], budget=1 << 20)
+    reference = nnx.Sequential(*[Block(nnx.Rngs(i)) for i in range(3)])
+    loss = lambda model, x: jnp.sum(jnp.sin(model(x)))  # noqa: E731
+    got = nnx.grad(loss)(remat, x)
+    want = nnx.grad(loss)(reference, x)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+    assert calls  # the policy really decided what the layers keep
+
+
+def test_linen_option_transform_gives_plain_gradients(monkeypatch):
+    from types import SimpleNamespace
+
+    import flax.linen as nn
+
+    from jaxremat.flax.linen import RematSequential
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return x + nn.Dense(D)(checkpoint_name(jax.nn.gelu(nn.Dense(4 * D)(x)), "hidden"))
+
+    calls = []
+    plan, policies = _hand_plan(jax.checkpoint_policies.dots_saveable, calls)
+    monkeypatch.setattr(RematSequential, "plan", lambda self, *args: SimpleNamespace(
+        schedule=SimpleNamespace(plan=plan), policies=policies))
+    x = jax.random.normal(jax.random.key(1), (B, D))
+    remat = RematSequential(layers=[Block(), Block(), Block()], budget=1 << 20)
+    reference = nn.Sequential([Block(), Block(), Block()])
+    variables = reference.init(jax.random.key(0), x)
+    remat_vars = {"params": {f"layers_{i}": variables["params"][f"layers_{i}"] for i in range(3)}}
+    got = jax.grad(lambda v: jnp.sum(jnp.sin(remat.apply(v, x))))(remat_vars)
+    want = jax.grad(lambda v: jnp.sum(jnp.sin(reference.apply(v, x))))(variables)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+    assert calls
+
+
+def test_wrappers_take_policies():
+    from flax import nnx
+
+    from jaxremat.flax import RematSequential, remat_blocks
+    from jaxremat.flax.linen import RematSequential as LinenSequential
+
+    with pytest.raises(ValueError, match="Valid names"):
+        RematSequential(nnx.relu, budget="50%", policies=("everything_but_dots",))
+    with pytest.raises(ValueError, match="Valid names"):
+        remat_blocks(budget="50%", policies=("nope",))
+    with pytest.raises(ValueError, match="Valid names"):
+        LinenSequential(layers=[jnp.tanh], budget="50%", policies=("nope",))
+    assert RematSequential(nnx.relu, budget="50%", policies="dots").policies == ("dots",)
