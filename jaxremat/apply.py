@@ -10,7 +10,10 @@ A plan (``solver.Plan``) is a tuple of ``solver.Layer(i)`` and
   the residuals the policy saves and recomputes the rest in the layer's backward.
 * ``Checkpoint(start, stop, body)``: run layers ``start .. stop-1`` keeping only the input
   (``F_ck``/``F_none``); when the backward pass reaches the segment, recompute it following
-  ``body`` (itself a plan, applied recursively) and run its backward.
+  ``body`` (itself a plan, applied recursively) and run its backward. A checkpoint nested
+  more than :data:`MAX_NESTING` deep (plans near the minimum budget nest as deep as the
+  chain is long) is applied flat, with the same schedule, by
+  :func:`jaxremat.flat_apply.flat_segment` in both backends.
 
 Two backends realise a checkpoint:
 
@@ -44,9 +47,16 @@ import jax
 from solver import Checkpoint, Layer, validate_plan
 from solver import Plan as SolverPlan
 
-__all__ = ["BACKENDS", "apply_plan"]
+from .flat_apply import flat_segment, nesting_depth
+from .trace_state import is_differentiated
+
+__all__ = ["BACKENDS", "MAX_NESTING", "apply_plan"]
 
 BACKENDS = ("checkpoint", "custom_vjp")
+
+MAX_NESTING = 16
+"""Checkpoints nested deeper than this are applied flat (:mod:`jaxremat.flat_apply`): nested
+``jax.checkpoint`` recurses in Python (here and in JAX's tracing) once per level."""
 
 
 def _checkpoint_option(layer: Callable, policy: Callable) -> Callable:
@@ -71,13 +81,17 @@ def _run(plan: SolverPlan, layers: Sequence[Callable], params: Sequence[Any], x:
             x = _layer(item, layers, options)(params[item.index - offset], x)
         else:
             segment_params = tuple(params[item.start - offset:item.stop - offset])
-            x = _segment(item, layers, backend, options)(segment_params, x)
+            x = _segment(item, layers, backend, options, is_differentiated(x))(segment_params, x)
     return x
 
 
 def _segment(item: Checkpoint, layers: Sequence[Callable], backend: str | Callable,
-             options: tuple) -> Callable:
+             options: tuple, input_grad: bool = True) -> Callable:
     """The function ``(segment_params, x) -> y`` of one checkpointed segment."""
+    if not callable(backend) and nesting_depth(item) > MAX_NESTING:
+        return flat_segment(item, layers, functools.partial(_layer, layers=layers,
+                                                            options=options),
+                            input_grad=input_grad)
     body = functools.partial(_run, item.body, layers, offset=item.start, backend=backend,
                              options=options)
     if callable(backend):  # apply_plan's ``transform`` (e.g. Flax's lifted remat)

@@ -10,3 +10,8 @@ this changes nothing.
 import jax
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long tests (deselect with -m 'not slow')")
+
