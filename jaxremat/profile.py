@@ -83,6 +83,7 @@ sequence can be profiled while an outer ``jax.jit`` / ``jax.grad`` / ``jax.vmap`
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any, Callable, Sequence
 
 import jax
@@ -91,6 +92,7 @@ from solver import Chain
 from solver.chain.options import LayerOptions
 
 from .costs import lowered_costs
+from .lru import LRU
 from .policies import PolicyOption, check_policies, layer_menu, marked_names
 from .trace import TracedLayer, tape_forward, tape_signature, trace_layer, transients
 from .trees import abstractify, check_layers, check_params, signature, tree_bytes
@@ -101,10 +103,16 @@ __all__ = [
     "LayerProfile",
     "OptionProfile",
     "Profile",
+    "profile_cache",
     "profile_layers",
     "profile_sequence",
     "roofline_time",
 ]
+
+PROFILE_CACHE_SIZE = 1024
+"""Layer profiles kept across calls (:func:`profile_cache`)."""
+
+_PROFILES = LRU(PROFILE_CACHE_SIZE)
 
 PEAK_FLOPS = 50e12
 """Nominal peak arithmetic rate of the static cost model, flop/s (a current datacenter GPU
@@ -315,6 +323,43 @@ def _profile_one(
     return profile, traced.output
 
 
+def profile_cache() -> LRU:
+    """The module-wide cache of layer profiles (bounded LRU, thread-safe).
+
+    Keyed by the layer function's identity and the abstract signature of its parameters and
+    input (pytree structures, shapes, dtypes), whether its input is differentiated, the
+    cost model and the policy menu. An entry holds only numbers and shapes: the
+    :class:`LayerProfile` (with index 0), the output's ``ShapeDtypeStruct`` tree, and a weak
+    reference to the layer that tells a reused ``id`` from the same function (no traced
+    program, no closure over arrays). Identical blocks, and the same layers in a new
+    :class:`jaxremat.RematSequence`, are profiled once. ``profile_cache().clear()`` forgets
+    them (e.g. after redefining a layer's behaviour through global state).
+    """
+    return _PROFILES
+
+
+def _cache_key(layer: Callable, p: Any, x: Any, input_grad: bool, costs: str, menu: tuple,
+               repeats: int) -> tuple:
+    menu_key = tuple(m if isinstance(m, str) else ("callable", id(m)) for m in menu)
+    return (id(layer), signature(p), signature(x), input_grad, costs, menu_key,
+            repeats if costs == "measured" else 0)
+
+
+def _cached(key: tuple, layer: Callable) -> tuple[LayerProfile, Any] | None:
+    found = _PROFILES.get(key)
+    if found is None or found[0]() is not layer:  # a dead function's id, reused
+        return None
+    return found[1], found[2]
+
+
+def _remember(key: tuple, layer: Callable, profile: LayerProfile, output: Any) -> None:
+    try:
+        ref = weakref.ref(layer)
+    except TypeError:  # no weak references (e.g. some builtins): do not keep it across calls
+        return
+    _PROFILES.put(key, (ref, dataclasses.replace(profile, index=0), output))
+
+
 def with_options(chain: Chain, profiles: Sequence[LayerProfile]) -> Chain:
     """``chain`` with the layers' options (``Chain.options``); unchanged when none has any."""
     if not any(p.options for p in profiles):
@@ -359,7 +404,8 @@ def profile_sequence(
         ``"dots_no_batch"``, ``"names"``), a sequence of names and callables, or ``()`` for
         the whole tape only (no options).
 
-    Layers that are the same function object on the same shapes are profiled once.
+    Layers that are the same function object on the same shapes are profiled once, also
+    across calls (:func:`profile_cache`).
     """
     layers = check_layers(layers)
     params = check_params(params, len(layers))
@@ -375,18 +421,20 @@ def profile_sequence(
         from tqdm.auto import tqdm
 
         indices = tqdm(indices, desc="profiling layers", total=len(layers), leave=False)
-    memo: dict[tuple, tuple[LayerProfile, Any]] = {}
+    memo: dict[tuple, tuple[LayerProfile, Any]] = {}  # also layers without weak references
     profiles: list[LayerProfile] = []
     for i in indices:
         needs_input_grad = input_grad or i > 0
-        key = (id(layers[i]), signature(abstract_params[i]), signature(current), needs_input_grad)
-        if key in memo:
-            found, output = memo[key]
-            found = dataclasses.replace(found, index=i)
-        else:
-            found, output = _profile_one(layers[i], abstract_params[i], current, i, costs,
-                                         repeats, needs_input_grad, menu)
-            memo[key] = (found, output)
+        key = _cache_key(layers[i], abstract_params[i], current, needs_input_grad, costs, menu,
+                         repeats)
+        hit = memo.get(key) or _cached(key, layers[i])
+        if hit is None:
+            hit = _profile_one(layers[i], abstract_params[i], current, i, costs, repeats,
+                               needs_input_grad, menu)
+            _remember(key, layers[i], *hit)
+        memo[key] = hit
+        found, output = hit
+        found = dataclasses.replace(found, index=i)
         profiles.append(found)
         current = output
     chain = Chain(

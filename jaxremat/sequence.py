@@ -34,6 +34,7 @@ budget. The sharding is not part of the cache key.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -41,6 +42,7 @@ import solver
 
 from .apply import BACKENDS, apply_plan
 from .budget import check_budget
+from .lru import LRU
 from .plan import Plan, check_settings, solve_plan
 from .policies import check_policies
 from .profile import profile_sequence
@@ -51,6 +53,9 @@ __all__ = ["METHODS", "RematSequence", "remat_sequence"]
 
 METHODS = solver.METHODS
 
+PLAN_CACHE_SIZE = 64
+"""Plans a :class:`RematSequence` keeps (least recently used first out)."""
+
 
 class RematSequence:
     """A sequence of layers applied with an optimal rematerialization schedule.
@@ -58,6 +63,11 @@ class RematSequence:
     Create it with :func:`remat_sequence`. ``seq(params, x)`` runs the layers; ``seq.plan(
     params, x)`` returns the :class:`jaxremat.Plan` that call uses. ``profile_count`` counts
     how many times layers were profiled (once per new input signature).
+
+    Plans are cached per input signature in a bounded LRU (:data:`PLAN_CACHE_SIZE`); making
+    a missing plan holds a lock, so threads calling with the same shapes profile and solve
+    once. Layer profiles are also cached across sequences (:func:`jaxremat.profile.
+    profile_cache`): the same layers in a new sequence, or identical blocks, are profiled once.
     """
 
     def __init__(
@@ -78,7 +88,8 @@ class RematSequence:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}.")
         self._method, self._backend, self._costs, self._slots = method, backend, costs, slots
-        self._cache: dict[tuple, Plan] = {}
+        self._cache = LRU(PLAN_CACHE_SIZE)
+        self._lock = threading.RLock()  # reentrant: a layer may itself run a RematSequence
         self.profile_count = 0
 
     layers = property(lambda self: self._layers, doc="The layer functions.")
@@ -109,12 +120,20 @@ class RematSequence:
         plan = self._cache.get(key)
         if plan is not None:
             return plan
+        with self._lock:
+            plan = self._cache.get(key)  # another thread may have made it meanwhile
+            if plan is None:
+                plan = self._solve(key, abstract_params, abstract_x, batch, input_grad)
+        return plan
+
+    def _solve(self, key: tuple, abstract_params: list, abstract_x: Any, batch: int,
+               input_grad: bool) -> Plan:
         profile = profile_sequence(self._layers, abstract_params, abstract_x, costs=self._costs,
                                    input_grad=input_grad, policies=self._policies)
         self.profile_count += 1
         plan = solve_plan(profile, self._budget, method=self._method, slots=self._slots,
                           backend=self._backend, batch_size=batch, input_grad=input_grad)
-        self._cache[key] = plan
+        self._cache.put(key, plan)
         return plan
 
     def plan(self, params: Sequence[Any], x: Any) -> Plan:
@@ -152,7 +171,7 @@ class RematSequence:
     @property
     def cached_plans(self) -> tuple[Plan, ...]:
         """The plans solved so far, one per input signature seen."""
-        return tuple(self._cache.values())
+        return self._cache.values()
 
     def cache_clear(self) -> None:
         """Forget the cached plans (the next call profiles and solves again)."""

@@ -15,3 +15,15 @@ jax.config.update("jax_default_matmul_precision", "highest")
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long tests (deselect with -m 'not slow')")
 
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_profile_cache():
+    """Each test profiles afresh: some patch JAX or the cost model, which the module-wide
+    profile cache (jaxremat.profile.profile_cache) would otherwise hide."""
+    from jaxremat.profile import profile_cache
+
+    profile_cache().clear()
+    yield

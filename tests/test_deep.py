@@ -103,3 +103,83 @@ def test_nesting_depth():
         item = C(0, k, (item, L(k - 1)))
     assert nesting_depth(item) == 2998
 
+
+def _count_profiles(monkeypatch):
+    """Count the layers actually profiled (cache misses)."""
+    import jaxremat.profile as profile_module
+
+    calls = []
+    original = profile_module._profile_one
+
+    def counting(*args, **kwargs):
+        calls.append(args[3])  # the layer's index
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(profile_module, "_profile_one", counting)
+    return calls
+
+
+def test_identical_blocks_profiled_once_across_sequences(monkeypatch):
+    """Twelve identical blocks: one profile for the first layer (its input is not
+    differentiated) and one for the others; a new sequence of the same layers profiles
+    nothing, a new batch size profiles the two again."""
+    calls = _count_profiles(monkeypatch)
+    layers, params, x = small_stack(12)
+    first = remat_sequence(layers, "50%", policies=()).plan(params, x)
+    assert len(calls) == 2
+    again = remat_sequence(layers, "50%", policies=()).plan(params, x)
+    assert len(calls) == 2
+    assert again.chain == first.chain
+    remat_sequence(layers, "50%", policies=()).plan(params, jnp.ones((7, 8)))
+    assert len(calls) == 4
+
+
+def test_profile_cache_tells_a_new_function_from_a_reused_id(monkeypatch):
+    """The cache holds a weak reference: a new layer never gets a dead layer's profile."""
+    from jaxremat.profile import profile_cache, profile_sequence
+
+    calls = _count_profiles(monkeypatch)
+    _, params, x = small_stack(1)
+    for _ in range(3):  # each lambda is new (ids may be reused once the last one dies)
+        profile_sequence([lambda w, h: jnp.sin(h @ w)], params, x, policies=())
+    assert len(calls) == 3
+    for ref, profile, output in profile_cache()._data.values():
+        assert isinstance(profile.fwd_time, float) and profile.index == 0
+        assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(output))
+
+
+def test_plan_cache_thread_safe_and_bounded(monkeypatch):
+    """Four threads call with the same shapes: one profile, one plan; the plan cache keeps
+    at most PLAN_CACHE_SIZE signatures (least recently used out)."""
+    import threading
+
+    import jaxremat.sequence as sequence_module
+
+    calls = _count_profiles(monkeypatch)
+    layers, params, x = small_stack(6)
+    seq = remat_sequence(layers, "50%", policies=())
+    barrier = threading.Barrier(4)
+    plans, errors = [], []
+
+    def call():
+        try:
+            barrier.wait()
+            plans.append(seq.plan(params, x))
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert seq.profile_count == 1 and len(calls) == 2  # first layer + the others
+    assert all(plan is plans[0] for plan in plans)
+
+    monkeypatch.setattr(sequence_module, "PLAN_CACHE_SIZE", 2)
+    small = remat_sequence(layers, "90%", policies=())
+    for batch in (2, 3, 4, 2):
+        small.plan(params, jnp.ones((batch, 8)))
+    assert len(small.cached_plans) == 2
+    assert small.profile_count == 4  # batch 2 was evicted by 4, then planned again

@@ -257,6 +257,7 @@ def test_static_costs_fall_back_to_the_jaxpr_count(monkeypatch):
     from jax._src import stages
 
     from jaxremat import costs
+    from jaxremat.profile import profile_cache
 
     w = _array(11, (D_IN, D_OUT))
     x = _array(12, (B, D_IN))
@@ -264,6 +265,7 @@ def test_static_costs_fall_back_to_the_jaxpr_count(monkeypatch):
     assert costs.LAST_SOURCE == "lowered"
     calls = []
     monkeypatch.setattr(stages.Lowered, "cost_analysis", lambda self: calls.append(self))
+    profile_cache().clear()  # profiles are cached across calls
     layer = profile_sequence([linear], [w], x).layers[0]
     assert calls and costs.LAST_SOURCE == "jaxpr"  # the patched analysis ran: nothing cached
     assert layer.fwd_time > 0
