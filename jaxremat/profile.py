@@ -252,9 +252,12 @@ def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyO
     found = OptionProfile(
         name=option.name, policy=option.policy, tape_bytes=found["tape_bytes"],
         fwd_tmp=found["fwd_tmp"], bwd_tmp=found["bwd_tmp"], fwd_time=base.fwd_time,
-        fwd_tape_time=min(found["fwd_tape_time"], base.fwd_time), bwd_time=found["bwd_time"],
+        # its backward is the whole tape's plus recomputation: timing noise must not make
+        # it cheaper (as the tape-only forward is capped by the forward)
+        fwd_tape_time=min(found["fwd_tape_time"], base.fwd_time),
+        bwd_time=max(found["bwd_time"], base.bwd_time),
         fwd_tape_flops=min(found["fwd_tape_flops"], base.fwd_flops),
-        bwd_flops=found["bwd_flops"], output_in_tape=found["output_in_tape"],
+        bwd_flops=max(found["bwd_flops"], base.bwd_flops), output_in_tape=found["output_in_tape"],
     )
     # equal shapes alone do not make equal tapes (tanh(x @ w) vs x @ w): the costs must agree too
     key = (tape_signature(traced), found.bwd_flops, found.fwd_tape_flops, found.fwd_tmp,
