@@ -212,7 +212,9 @@ class LayerOptions:
     @classmethod
     def of_chain(cls, chain: "Chain") -> "LayerOptions":
         """The one-option table of a chain: column 0 only (its own fields)."""
-        return cls.from_columns(chain, [()] * chain.length)
+        return cls(output_in_tape=chain.output_in_tape[:, None],
+                   valid=np.ones((chain.length, 1), dtype=bool),
+                   **{name: getattr(chain, name)[:, None] for name in FLOAT_FIELDS})
 
     def check_chain(self, chain: "Chain") -> None:
         """Raise ``ValueError`` unless these options fit ``chain``: ``L`` rows, column 0 equal
