@@ -330,3 +330,23 @@ def test_options_never_slower_and_fit_the_meter(tmp_path):
     assert (tmp_path / "plan.png").exists() is False
     plan.plot(tmp_path / "plan.png")
     assert (tmp_path / "plan.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["checkpoint", "custom_vjp"])
+@pytest.mark.parametrize("policies", [("dots",), ("dots_no_batch",), ("names",), None])
+def test_policy_sweep_fits_the_meter_with_plain_gradients(policies, backend):
+    """Every policy on its own and the default menu, both backends, budgets from tight to
+    loose: the measured memory stays within the profile's tolerance of the prediction and the
+    gradients are plain autodiff's."""
+    layers, params, x = stack()
+    layers, params = layers * 2, params * 2
+    for share in ("55%", "70%", "85%", "95%"):
+        seq = remat_sequence(layers, share, policies=policies, backend=backend, costs="flops")
+        try:
+            plan = seq.plan(params, x)
+        except solver.InfeasibleBudget:
+            continue
+        measured = activation_memory(loss_of(seq), params, x)
+        assert measured <= plan.predicted_peak * 1.02, (share, measured, plan.predicted_peak)
+        assert_same_grads(seq, plain(layers), params, x)
