@@ -16,7 +16,10 @@ program, parameters and their gradients excluded); flops are
 :func:`jaxremat.costs.lowered_costs` of the jitted ``jax.value_and_grad`` (before XLA's
 optimisations, so recomputation counts), both relative to the plain stack. The target:
 at every budget, jaxremat's flops are at most those of the cheapest uniform policy whose
-measured memory fits the budget ("cheapest fitting" column).
+measured memory fits the budget ("cheapest fitting" column). Rows "predicted P" use as
+budget the chain's predicted peak of the uniform plan P (what the dynamic program believes
+P needs): where the chain overestimates a plan's memory, the DP cannot take that plan at
+P's measured memory, and those rows show what it does once the budget covers it.
 """
 
 from __future__ import annotations
@@ -79,6 +82,15 @@ def measure(run, params, x):
     return activation_memory(loss, params, x), _flops(loss, params, x)
 
 
+def _without_options(layers, budget, args, params, x, plain_flops) -> str:
+    """jaxremat's flops (x plain) at ``budget`` with the whole tape only (before issue 17)."""
+    try:
+        seq = remat_sequence(layers, int(budget), costs=args.costs, policies=())
+        return f"{measure(seq, params, x)[1] / plain_flops:.3f}"
+    except solver.InfeasibleBudget:
+        return "infeasible"
+
+
 def model_table(name, args):
     layers, params, x = MODELS[name]()
     plain_mem, plain_flops = measure(uniform(layers, None), params, x)
@@ -89,12 +101,19 @@ def model_table(name, args):
         mem, flops = measure(uniform(layers, policy), params, x)
         rows[policy_name] = (mem, flops / plain_flops)
     budgets = [(f"= {n}", rows[n][0]) for n in UNIFORM]
-    budgets += [(f"{f:.0%} of plain", int(f * plain_mem)) for f in args.fractions]
     policies = None if args.policies == "default" else ()
+    # the chain's own prediction of each uniform plan: at that budget the DP can take it
+    profiled = remat_sequence(layers, int(plain_mem * 10), costs=args.costs, policies=policies)
+    plan = profiled.plan(params, x)
+    predictions = {n: uniform_prediction(plan, n) if policies is None or n in (
+        "nothing", "everything") else None for n in UNIFORM}
+    budgets += [(f"predicted {n}", int(p)) for n, p in predictions.items()
+                if p is not None and n != "everything"]
+    budgets += [(f"{f:.0%} of plain", int(f * plain_mem)) for f in args.fractions]
     print(f"\n| budget | memory (% plain) | cheapest fitting uniform policy | its flops x plain "
           f"| jaxremat memory (% plain) | jaxremat flops x plain | jaxremat options used "
-          f"| target met |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"| target met | without options: flops x plain |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, budget in sorted(budgets, key=lambda b: b[1]):
         fitting = [(f, n) for n, (m, f) in rows.items() if m <= budget]
         best = min(fitting) if fitting else None
@@ -105,23 +124,21 @@ def model_table(name, args):
         except solver.InfeasibleBudget as error:
             print(f"| {label} | {budget / plain_mem:.1%} | {best[1] if best else '-'} | "
                   f"{f'{best[0]:.3f}' if best else '-'} | infeasible (min "
-                  f"{error.min_budget / plain_mem:.1%}) | - | - | - |")
+                  f"{error.min_budget / plain_mem:.1%}) | - | - | - | - |")
             continue
         ratio = flops / plain_flops
         plan = seq.cached_plans[-1]
         used = sorted({o for o in plan.options if o != "everything"}) or ["-"]
         met = "yes" if best is None or (ratio <= best[0] + 1e-9 and mem <= budget) else "NO"
+        bare = "-" if policies is not None else _without_options(layers, budget, args, params,
+                                                                  x, plain_flops)
         print(f"| {label} | {budget / plain_mem:.1%} | {best[1] if best else '-'} | "
               f"{f'{best[0]:.3f}' if best else '-'} | {mem / plain_mem:.1%} | {ratio:.3f} | "
-              f"{', '.join(used)} | {met} |   ({time.perf_counter() - start:.1f} s)")
+              f"{', '.join(used)} | {met} | {bare} |   ({time.perf_counter() - start:.1f} s)")
     print("\nuniform policies: measured memory and flops, and the chain's predicted peak of "
           "the same plan (why jaxremat may not reach it at that budget):")
-    profiled = remat_sequence(layers, int(plain_mem * 10), costs=args.costs, policies=policies)
-    plan = profiled.plan(params, x)
     for policy_name, (mem, flops) in rows.items():
-        name = "everything" if policy_name == "everything" else policy_name
-        predicted = uniform_prediction(plan, name) if policies is None or name in (
-            "nothing", "everything") else None
+        predicted = predictions[policy_name]
         text = "n/a" if predicted is None else f"{predicted / plain_mem:6.1%} ({predicted / mem:.3f}x measured)"
         print(f"  {policy_name:>14}: memory {mem / plain_mem:6.1%} of plain, flops {flops:.3f}x; "
               f"predicted {text}")

@@ -131,6 +131,15 @@ class Plan:
         chosen = chosen_options(self.schedule.plan)
         return [layer.option_names[chosen.get(layer.index, 0)] for layer in self.layers]
 
+    def policy_summary(self) -> str:
+        """The checkpoint policies the plan stores tapes with, e.g. ``"dots: layers 0-3, 7"``
+        (``""`` when every stored tape is whole)."""
+        groups: dict[str, list[int]] = {}
+        for index, option in enumerate(self.options):
+            if option != "everything":
+                groups.setdefault(option, []).append(index)
+        return "; ".join(f"{name}: layers {_ranges(indices)}" for name, indices in groups.items())
+
     def _option_names(self) -> tuple[tuple[str, ...], ...] | None:
         options = getattr(self.chain, "options", None)
         return None if options is None else options.names
@@ -192,6 +201,7 @@ class Plan:
             f"  predicted time  {_format_time(self.predicted_time)} "
             f"({self.predicted_time / max(self.no_remat_time, 1e-300):.3f}x no remat)",
             f"  plan            {format_plan(self.schedule.plan, names=self._option_names())}",
+            f"  policies        {self.policy_summary() or 'none (whole tapes)'}",
             "",
             f"  {'layer':>5} {'input':>11} {'tape':>11} {'fwd tmp':>11} {'bwd tmp':>11} "
             f"{'fwd':>9} {'tape fwd':>9} {'bwd':>9} {'runs':>4}  decision{per}",

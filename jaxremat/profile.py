@@ -260,14 +260,25 @@ def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyO
     found = OptionProfile(
         name=option.name, policy=option.policy, tape_bytes=found["tape_bytes"],
         fwd_tmp=found["fwd_tmp"], bwd_tmp=found["bwd_tmp"], fwd_time=base.fwd_time,
-        fwd_tape_time=min(found["fwd_tape_time"], base.fwd_time), bwd_time=found["bwd_time"],
+        fwd_tape_time=min(found["fwd_tape_time"], base.fwd_time),
+        bwd_time=max(found["bwd_time"], _backward_floor(base, found["bwd_flops"], costs)),
         fwd_tape_flops=min(found["fwd_tape_flops"], base.fwd_flops),
-        bwd_flops=found["bwd_flops"], output_in_tape=found["output_in_tape"],
+        bwd_flops=max(found["bwd_flops"], base.bwd_flops), output_in_tape=found["output_in_tape"],
     )
     # equal shapes alone do not make equal tapes (tanh(x @ w) vs x @ w): the costs must agree too
     key = (tape_signature(traced), found.bwd_flops, found.fwd_tape_flops, found.fwd_tmp,
            found.bwd_tmp)
     return found, key
+
+
+def _backward_floor(base: LayerProfile, bwd_flops: float, costs: str) -> float:
+    """The least backward time an option may have: the whole tape's backward, and with
+    measured costs that time scaled by the option's flops (its backward is the whole tape's
+    plus recomputation; timed on a busy CPU it often measures no dearer, and the plan would
+    take the smaller tape for free)."""
+    if costs != "measured" or base.bwd_flops <= 0:
+        return base.bwd_time
+    return base.bwd_time * max(1.0, bwd_flops / base.bwd_flops)
 
 
 def _layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: TracedLayer,

@@ -40,6 +40,7 @@ from .chain import (
     simulate,
     transformer_like,
     validate_plan,
+    with_random_options,
 )
 from .checkpoint_set import CheckpointSet
 from .errors import InfeasibleBudget, format_bytes

@@ -14,6 +14,7 @@ from jax.ad_checkpoint import checkpoint_name
 import solver
 from jaxremat import activation_memory, remat_sequence
 from jaxremat.apply import apply_plan
+from jaxremat.plan import chosen_options
 from jaxremat.policies import DEFAULT_POLICIES, check_policies, layer_menu, marked_names
 from jaxremat.profile import profile_sequence
 from solver import Checkpoint, Layer
@@ -295,3 +296,57 @@ def test_wrappers_take_policies():
     with pytest.raises(ValueError, match="Valid names"):
         LinenSequential(layers=[jnp.tanh], budget="50%", policies=("nope",))
     assert RematSequential(nnx.relu, budget="50%", policies="dots").policies == ("dots",)
+
+
+# --------------------------------------------------------------- plans with options
+
+
+def test_options_never_slower_and_fit_the_meter(tmp_path):
+    """Rotor over options is never slower than without them at the same budget (the menu
+    only adds choices); where it picks options, the applied plan's measured memory is
+    within the profile's tolerance of its predicted peak and the gradients are plain."""
+    layers, params, x = stack()
+    # flop costs: at this toy width the roofline is bandwidth-bound and (JAX 0.12) no
+    # option pays off; by flops they do
+    with_options = profile_sequence(layers, params, x, costs="flops").chain
+    bare = profile_sequence(layers, params, x, policies=(), costs="flops").chain
+    no_remat = solver.make_schedule(bare, tuple(Layer(i) for i in range(4))).peak
+    used = []
+    for fraction in (0.5, 0.65, 0.8, 0.9, 0.95):
+        budget = fraction * no_remat
+        fast = solver.solve(with_options, budget)
+        slow = solver.solve(bare, budget)
+        assert fast.time <= slow.time * (1 + 1e-9)
+        if any(chosen_options(fast.plan).values()):
+            used.append(fraction)
+    assert used, "no budget used an option"
+    seq = remat_sequence(layers, int(used[-1] * no_remat), costs="flops")
+    plan = seq.plan(params, x)
+    assert plan.policy_summary() and "policies " in plan.report()
+    measured = activation_memory(loss_of(seq), params, x)
+    assert measured <= plan.predicted_peak * 1.02
+    assert_same_grads(seq, plain(layers), params, x)
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "plan.png").exists() is False
+    plan.plot(tmp_path / "plan.png")
+    assert (tmp_path / "plan.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["checkpoint", "custom_vjp"])
+@pytest.mark.parametrize("policies", [("dots",), ("dots_no_batch",), ("names",), None])
+def test_policy_sweep_fits_the_meter_with_plain_gradients(policies, backend):
+    """Every policy on its own and the default menu, both backends, budgets from tight to
+    loose: the measured memory stays within the profile's tolerance of the prediction and the
+    gradients are plain autodiff's."""
+    layers, params, x = stack()
+    layers, params = layers * 2, params * 2
+    for share in ("55%", "70%", "85%", "95%"):
+        seq = remat_sequence(layers, share, policies=policies, backend=backend, costs="flops")
+        try:
+            plan = seq.plan(params, x)
+        except solver.InfeasibleBudget:
+            continue
+        measured = activation_memory(loss_of(seq), params, x)
+        assert measured <= plan.predicted_peak * 1.02, (share, measured, plan.predicted_peak)
+        assert_same_grads(seq, plain(layers), params, x)

@@ -11,7 +11,7 @@ tiny chains, min-peak checkpoint selection (Hong et al.) and chain generators.
 from .baselines import BASELINE_METHODS, baseline_schedule
 from .chain import Chain
 from .exhaustive import ExhaustiveResult, exhaustive_optimum, exhaustive_search
-from .generators import random_chain, resnet_like, transformer_like
+from .generators import random_chain, resnet_like, transformer_like, with_random_options
 from .min_peak import min_peak_chain
 from .options import LayerOptions
 from .rotor import RotorTable, min_peak_schedule, rotor_min_budget
@@ -67,4 +67,5 @@ __all__ = [
     "simulate",
     "transformer_like",
     "validate_plan",
+    "with_random_options",
 ]

@@ -60,7 +60,7 @@ def _matrix(name: str, values: Any, shape: tuple[int, int], valid: np.ndarray) -
     if bad.size:
         i, k = (int(v) for v in bad[0])
         raise ValueError(
-            f"LayerOptions.{name}[{i}, {k}] = {array[i, k]!r}: sizes and times must be finite "
+            f"LayerOptions.{name}[{i}, {k}] = {float(array[i, k])!r}: sizes and times must be finite "
             "and non-negative."
         )
     array.setflags(write=False)
@@ -124,8 +124,9 @@ class LayerOptions:
         if dear.size:
             i, k = (int(v) for v in dear[0])
             raise ValueError(
-                f"LayerOptions.fwd_tape_time[{i}, {k}] = {self.fwd_tape_time[i, k]!r} exceeds "
-                f"fwd_time[{i}, {k}] = {self.fwd_time[i, k]!r}: pass at most fwd_time."
+                f"LayerOptions.fwd_tape_time[{i}, {k}] = {float(self.fwd_tape_time[i, k])!r} "
+                f"exceeds fwd_time[{i}, {k}] = {float(self.fwd_time[i, k])!r}: pass at most "
+                "fwd_time."
             )
         object.__setattr__(self, "names", self._check_names(shape, valid))
 
@@ -211,7 +212,9 @@ class LayerOptions:
     @classmethod
     def of_chain(cls, chain: "Chain") -> "LayerOptions":
         """The one-option table of a chain: column 0 only (its own fields)."""
-        return cls.from_columns(chain, [()] * chain.length)
+        return cls(output_in_tape=chain.output_in_tape[:, None],
+                   valid=np.ones((chain.length, 1), dtype=bool),
+                   **{name: getattr(chain, name)[:, None] for name in FLOAT_FIELDS})
 
     def check_chain(self, chain: "Chain") -> None:
         """Raise ``ValueError`` unless these options fit ``chain``: ``L`` rows, column 0 equal
@@ -225,6 +228,7 @@ class LayerOptions:
             bad = np.flatnonzero(own != column)
             if bad.size:
                 i = int(bad[0])
+                own, column = own.tolist(), column.tolist()
                 raise ValueError(
                     f"Chain.options.{name}[{i}, 0] = {column[i]!r} differs from the chain's "
                     f"{name}[{i}] = {own[i]!r}: option 0 is the chain's own whole tape. Build the "
@@ -234,8 +238,8 @@ class LayerOptions:
         if short.size:
             i, k = (int(v) for v in short[0])
             raise ValueError(
-                f"Chain.options.xbar_size[{i}, {k}] = {self.xbar_size[i, k]!r} is smaller than "
-                f"x_size[{i + 1}] = {chain.x_size[i + 1]!r}: every option's tape counts the "
+                f"Chain.options.xbar_size[{i}, {k}] = {float(self.xbar_size[i, k])!r} is smaller "
+                f"than x_size[{i + 1}] = {float(chain.x_size[i + 1])!r}: every option's tape counts the "
                 "layer's output."
             )
 
