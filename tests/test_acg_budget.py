@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from solver import Graph, InfeasibleBudget, checkpoint_search, simulate_graph
-from solver import acg
+from solver.graph import search as acg
 from solver.graph.bounds import Lagrangian
 from solver.graph.dp import COMPLEX_LIMIT, TimeLimit, evaluate
 from solver.graph.simulator import schedule_graph
