@@ -1,0 +1,199 @@
+"""Nested-scan plans for a homogeneous chain, and the exact choice among them.
+
+A stack of ``L`` identical layers run with ``lax.scan`` can only be checkpointed in ways a
+fixed number of nested scans expresses, so that the program does not grow with ``L``. This
+module describes that family, turns each member into the equivalent ``solver.Plan`` of the
+unrolled chain, costs it with the chain simulator (:func:`solver.make_schedule`, i.e.
+:func:`solver.simulate`) and picks the fastest member that fits a budget.
+
+The family (:class:`NestedScan`). A member is a tuple of segment lengths ``sizes = (k1, k2,
+..., kd)``, ``k1 > k2 > ... > kd >= 1``, one per checkpointing level. ``d = 0`` stores every tape (a plain scan).
+Level ``j`` cuts a run of ``n`` layers into pieces of ``kj`` layers plus, when ``kj`` does
+not divide ``n``, one remainder piece of ``n mod kj`` layers first (:func:`pieces`; first
+rather than last, so that the last piece, run inline and not recomputed, is a whole one). Every piece but the last is a ``jax.checkpoint`` segment (equal pieces
+run as one ``lax.scan`` over checkpointed segments), applying level ``j + 1`` to its own
+layers when it is recomputed; the last piece is not checkpointed: level ``j + 1`` applies
+to it inline. After the last level, a run of layers is a plain scan keeping every tape.
+A level whose ``kj`` is not less than the run's length is skipped for that run.
+Checkpointing the last piece would be wasted work: it would be recomputed right after it
+ran (and ``solver.validate_plan`` forbids a segment body that ends in a checkpoint for
+that reason). With ``k1 >= L / 2`` a member is "checkpoint the
+first ``L - k1`` layers as one segment, store the tapes of the last ``k1``", the shape
+Rotor's plans take at generous budgets.
+
+The choice (:func:`choose`) is exact within the family, by best-first search on the
+simulated time. Adding a level below a member (``sizes + (k,)``) turns stored runs into
+nested ones, which only adds forward operations (each checkpointed piece of ``p`` layers
+adds ``p - 1`` forwards and one tape-only forward), so a member's simulated time bounds the
+time of all its descendants from below. Starting from every member with at most one level,
+the search pops members in order of time and expands the ones over budget; the first
+member popped that fits is the fastest of the family. The levels below ``k1`` take the
+divisor-like lengths ``ceil(k / m)`` (:func:`inner_sizes`), so that the family stays small:
+``k1`` takes every length. ``tests/test_scan.py`` checks the choice by brute force over the
+whole family (:func:`family`) on small chains with random costs.
+
+Reference: Beaumont et al., "Optimal checkpointing for heterogeneous chains" (Rotor,
+arXiv:1911.13214) for the chain model and the persistent plans; the nested-scan shape is
+that of ``jax.checkpoint`` inside ``lax.scan`` (MaxText's ``scan_layers``), cut into levels
+as in Chen et al.'s sqrt(L) checkpointing (arXiv:1604.06174, section 4.2, recursion).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import math
+from typing import Iterator
+
+import solver
+from solver import Chain, Checkpoint, Layer, Schedule, make_schedule
+
+__all__ = ["NestedScan", "pieces", "inner_sizes", "solver_plan", "family",
+           "choose", "Choice", "member_schedule"]
+
+_PEAK_TOLERANCE = 1e-9  # as solver.solve: the DP and the simulator sum sizes in other orders
+
+
+@dataclasses.dataclass(frozen=True)
+class NestedScan:
+    """One member of the nested-scan family (module docstring).
+
+    Attributes:
+      sizes: segment lengths per checkpointing level, outermost first, strictly decreasing,
+        each at least 1; ``()`` stores every tape (a plain scan).
+    """
+
+    sizes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        sizes = tuple(self.sizes)
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in sizes):
+            raise ValueError(f"NestedScan sizes must be positive integers, got {sizes!r}.")
+        if any(a <= b for a, b in zip(sizes, sizes[1:])):
+            raise ValueError(f"NestedScan sizes must decrease from level to level, got {sizes!r}.")
+        object.__setattr__(self, "sizes", sizes)
+
+    @property
+    def levels(self) -> int:
+        """Number of checkpointing levels (``lax.scan`` nests one deeper)."""
+        return len(self.sizes)
+
+    def __str__(self) -> str:
+        if not self.sizes:
+            return "plain scan (every tape stored)"
+        return "segments of " + " > ".join(map(str, self.sizes)) + " layers"
+
+
+def pieces(length: int, size: int) -> list[int]:
+    """The piece lengths one level cuts a run of ``length`` layers into: ``size``-layer
+    pieces, after one remainder piece of ``length mod size`` layers unless ``size`` divides
+    ``length``. ``[length]`` when ``size >= length``."""
+    if size >= length:
+        return [length]
+    count, rest = divmod(length, size)
+    return ([rest] if rest else []) + [size] * count
+
+
+def inner_sizes(size: int) -> list[int]:
+    """The lengths a level below one of ``size`` layers may take: ``ceil(size / m)`` for
+    ``m = 2 .. size`` (every distinct way to cut ``size`` layers into ``m`` near-equal
+    pieces), largest first; about ``2 sqrt(size)`` values."""
+    return sorted({-(-size // m) for m in range(2, size + 1)}, reverse=True)
+
+
+def _items(start: int, length: int, sizes: tuple[int, ...]) -> list:
+    """Plan items for layers ``start .. start+length-1`` under the levels ``sizes``."""
+    while sizes and sizes[0] >= length:
+        sizes = sizes[1:]
+    if not sizes:
+        return [Layer(i) for i in range(start, start + length)]
+    parts = pieces(length, sizes[0])
+    items: list = []
+    position = start
+    for part in parts[:-1]:
+        body = tuple(_items(position, part, sizes[1:]))
+        items.append(Checkpoint(position, position + part, body))
+        position += part
+    items.extend(_items(position, parts[-1], sizes[1:]))
+    return items
+
+
+def solver_plan(member: NestedScan, length: int) -> solver.Plan:
+    """The ``solver.Plan`` of the unrolled chain of ``length`` layers that ``member``'s
+    nested scans run (same checkpoints, same recomputations, same order)."""
+    return tuple(_items(0, length, member.sizes))
+
+
+def family(length: int, max_levels: int) -> Iterator[NestedScan]:
+    """Every member with at most ``max_levels`` levels on a chain of ``length`` layers (the
+    brute-force reference for :func:`choose`; members may give equal plans)."""
+    yield NestedScan()
+
+    def extend(sizes: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        yield sizes
+        if len(sizes) < max_levels:
+            for k in inner_sizes(sizes[-1]):
+                yield from extend(sizes + (k,))
+
+    if max_levels >= 1:
+        for k1 in range(1, length):
+            yield from map(NestedScan, extend((k1,)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The member :func:`choose` picked, its simulated schedule, and the search's effort."""
+
+    member: NestedScan
+    schedule: Schedule
+    evaluated: int
+
+
+class _Search:
+    """Members of one chain costed by the simulator, each distinct plan once."""
+
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+        self.seen: set = set()
+        self.heap: list = []
+        self.counter = itertools.count()
+        self.min_peak = math.inf
+
+    def push(self, member: NestedScan) -> None:
+        plan = solver_plan(member, self.chain.length)
+        if plan in self.seen:
+            return
+        self.seen.add(plan)
+        schedule = make_schedule(self.chain, plan, method="remat_scan")
+        self.min_peak = min(self.min_peak, schedule.peak)
+        heapq.heappush(self.heap, (schedule.time, schedule.peak, member.levels,
+                                   next(self.counter), member, schedule))
+
+
+def choose(chain: Chain, budget: float, *, max_levels: int = 2) -> Choice:
+    """The fastest member of the family with at most ``max_levels`` levels whose simulated
+    peak fits ``budget`` (ties: the lower peak, then fewer levels).
+
+    Raises:
+      solver.InfeasibleBudget: no member fits; ``.min_budget`` is the least peak in the
+        family (every member was costed by then).
+    """
+    search = _Search(chain)
+    search.push(NestedScan())
+    if max_levels >= 1:
+        for k in range(1, chain.length):
+            search.push(NestedScan((k,)))
+    while search.heap:
+        _, peak, levels, _, member, schedule = heapq.heappop(search.heap)
+        if peak <= budget * (1 + _PEAK_TOLERANCE):
+            return Choice(member, schedule, len(search.seen))
+        if 1 <= levels < max_levels:
+            for k in inner_sizes(member.sizes[-1]):
+                search.push(NestedScan(member.sizes + (k,)))
+    raise solver.InfeasibleBudget(budget, search.min_peak, "remat_scan")
+
+
+def member_schedule(chain: Chain, member: NestedScan) -> Schedule:
+    """``member``'s plan on ``chain``, costed by the simulator."""
+    return make_schedule(chain, solver_plan(member, chain.length), method="remat_scan")
