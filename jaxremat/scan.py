@@ -18,7 +18,10 @@ and its gap to Rotor's optimum on the unrolled chain (:class:`ScanPlan`).
 
 The budget bounds what :func:`jaxremat.remat_sequence`'s does (activations, tapes,
 gradients flowing back and transients; not the parameters nor their gradients) and is
-given the same ways: bytes, ``"512MiB"``, or ``"40%"`` of the plain scan's memory. Under
+given the same ways: bytes, ``"512MiB"``, or ``"40%"`` of the plain scan's memory (the
+larger of its measured and predicted peaks). Every plan's program is measured with
+:func:`jaxremat.activation_memory` before it is used, and a plan the meter finds over the
+budget is replaced (:meth:`RematScan._fit`). Under
 ``jax.vmap`` it means the whole batch (the plan is solved per example on ``budget /
 batch``).
 """
@@ -31,6 +34,7 @@ import math
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
@@ -38,13 +42,14 @@ import solver
 from solver import Chain, Schedule, format_bytes, format_plan
 
 from .budget import check_budget, resolve_budget
+from .meter import activation_memory
 from .plan import check_settings
 from .profile import LayerProfile, profile_sequence
-from .scan_family import NestedScan, choose, member_schedule, pieces, solver_plan
+from .scan_family import FamilyInfeasible, NestedScan, choose, member_schedule, pieces
 from .trace_state import vmap_batch_size
 from .trees import abstractify, signature
 
-__all__ = ["RematScan", "ScanPlan", "remat_scan", "program_size", "SCAN_METHODS"]
+__all__ = ["RematScan", "ScanPlan", "remat_scan", "program_size", "SCAN_METHODS", "loop_margin"]
 
 SCAN_METHODS = ("rotor", "none", "every_layer", "sqrt")
 """``"rotor"``: the best nested-scan plan; the others are fixed members: store every tape,
@@ -170,6 +175,29 @@ def _runs(parts: list[int]) -> list[tuple[int, list[int]]]:
     return groups
 
 
+def loop_margin(chain: Chain) -> float:
+    """Bytes to add to the unrolled chain's peak per ``lax.scan`` level: one layer's input
+    and tape (``x_size + xbar_size``).
+
+    The chain counts a scanned layer as it counts an unrolled one; the program-order meter
+    (:func:`jaxremat.activation_memory`, loops as in :mod:`jaxremat.meter`) counts a loop's
+    stacked outputs from before its body runs, beside the body's own values, and the new
+    carry beside the old one: one iteration's carry and residuals twice. Measured on
+    residual blocks (tests/test_scan.py), the excess over the chain's peak was 0.8 to 1.5
+    times this per level."""
+    return float(chain.x_size[0] + chain.xbar_size[0])
+
+
+def _measured(layer: Callable, params: Any, x: Any, length: int, member: NestedScan) -> int:
+    """:func:`jaxremat.activation_memory` of ``member``'s program on abstract inputs, the
+    sum of the (inexact) output leaves as the loss."""
+    def loss(p: Any, h: Any) -> Any:
+        out = _run(layer, member.sizes, p, h, length)
+        return sum(jnp.sum(jnp.real(leaf)).astype(jnp.float32) for leaf in jax.tree.leaves(out)
+                   if jnp.issubdtype(leaf.dtype, jnp.inexact))
+    return activation_memory(loss, params, x)
+
+
 def _format_time(seconds: float) -> str:
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if abs(seconds) >= scale:
@@ -189,6 +217,11 @@ class ScanPlan:
       layer: the layer's profile (:class:`jaxremat.profile.LayerProfile`).
       budget: bytes, for the whole batch; method, costs: how it was chosen.
       batch_size: the ``jax.vmap`` batch (1 without vmap).
+      loop_margin: bytes per example added to the chain's peak per ``lax.scan`` level
+        (:func:`loop_margin`).
+      measured_peak: :func:`jaxremat.activation_memory` of the gradient of the plan's
+        program (the sum of the output as the loss), for the whole batch: what the budget
+        was checked against.
     """
 
     member: NestedScan
@@ -199,6 +232,8 @@ class ScanPlan:
     method: str
     costs: str
     batch_size: int = 1
+    loop_margin: float = 0.0
+    measured_peak: int = 0
 
     @property
     def length(self) -> int:
@@ -207,8 +242,10 @@ class ScanPlan:
 
     @property
     def predicted_peak(self) -> float:
-        """Predicted peak bytes of the step through the stack (the budget's quantity)."""
-        return float(self.schedule.peak) * self.batch_size
+        """Predicted peak bytes of the step through the stack (the budget's quantity): the
+        simulated peak of the unrolled chain plus the loop margin of each scan level."""
+        margin = (self.member.levels + 1) * self.loop_margin
+        return (float(self.schedule.peak) + margin) * self.batch_size
 
     @property
     def predicted_time(self) -> float:
@@ -262,8 +299,11 @@ class ScanPlan:
             f"  nested scans    {self.member}",
         ] + [f"    {line}" for line in self.levels()] + [
             f"  predicted peak  {format_bytes(self.predicted_peak)} "
-            f"({self.predicted_peak / self.budget:.0%} of budget; no remat: "
-            f"{format_bytes(no_remat.peak * self.batch_size)})",
+            f"({self.predicted_peak / self.budget:.0%} of budget, of which loop margin "
+            f"{format_bytes((self.member.levels + 1) * self.loop_margin * self.batch_size)}; "
+            f"no remat: {format_bytes((no_remat.peak + self.loop_margin) * self.batch_size)})",
+            f"  measured peak   {format_bytes(self.measured_peak)} (activation_memory, "
+            f"program order)",
             f"  predicted time  {_format_time(self.predicted_time)} "
             f"({self.schedule.time / max(no_remat.time, 1e-300):.3f}x no remat)",
             "  Rotor unrolled  " + ("no schedule at this budget" if gap is None else
@@ -308,17 +348,50 @@ class RematScan:
     def __repr__(self) -> str:
         return f"RematScan(budget={self._budget!r}, method={self._method!r}, costs={self._costs!r})"
 
-    def _member(self, chain: Chain, budget: float) -> tuple[NestedScan, Schedule]:
+    def _fit(self, chain: Chain, budget: float, margin: float, measure: Callable[[NestedScan], int]
+             ) -> tuple[NestedScan, Schedule, int]:
+        """The member chosen for ``budget`` (bytes per example) whose *measured* memory fits:
+        when the meter finds more than the prediction, the excess is taken off the budget and
+        the choice made again (a few rounds); then the member of least peak, if it fits.
+
+        Raises ``solver.InfeasibleBudget`` naming a budget that works: the larger of the
+        least predicted peak and that member's measured memory."""
+        extra = 0.0
+        smallest = None
+        for _ in range(6):
+            try:
+                member, schedule = self._member(chain, budget - extra, margin)
+            except FamilyInfeasible as error:
+                smallest = (error.member, error.schedule, error.min_budget)
+                break
+            measured = measure(member)
+            if measured <= budget:
+                return member, schedule, measured
+            predicted = schedule.peak + (member.levels + 1) * margin
+            extra = max(extra + measured - budget, measured - predicted)
+        if smallest is None:
+            try:
+                self._member(chain, 0.0, margin)
+            except FamilyInfeasible as error:
+                smallest = (error.member, error.schedule, error.min_budget)
+        member, schedule, least = smallest
+        measured = measure(member)
+        if measured <= budget and least <= budget:
+            return member, schedule, measured
+        raise solver.InfeasibleBudget(budget, max(least, measured), f"remat_scan {self._method}")
+
+    def _member(self, chain: Chain, budget: float, margin: float) -> tuple[NestedScan, Schedule]:
         L = chain.length
         fixed = {"none": NestedScan(), "every_layer": NestedScan((1,) if L > 1 else ()),
                  "sqrt": NestedScan((max(1, round(math.sqrt(L))),) if L > 1 else ())}
         if self._method == "rotor":
-            choice = choose(chain, budget, max_levels=self._max_levels)
+            choice = choose(chain, budget, max_levels=self._max_levels, loop_margin=margin)
             return choice.member, choice.schedule
         member = fixed[self._method]
         schedule = member_schedule(chain, member)
-        if schedule.peak > budget * (1 + 1e-9):
-            raise solver.InfeasibleBudget(budget, schedule.peak, f"remat_scan {self._method}")
+        need = schedule.peak + (member.levels + 1) * margin
+        if need > budget * (1 + 1e-9):
+            raise FamilyInfeasible(budget, need, member, schedule)
         return member, schedule
 
     def _plan(self, stacked_params: Any, x: Any) -> ScanPlan:
@@ -336,16 +409,19 @@ class RematScan:
                                    costs=self._costs, progress=False, input_grad=True)
         self.profile_count += 1
         chain = profile.chain
-        no_remat = member_schedule(chain, NestedScan()).peak
-        budget = resolve_budget(self._budget, no_remat * batch)
+        margin = loop_margin(chain)
+        measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length)
+        plain = max(measure(NestedScan()), member_schedule(chain, NestedScan()).peak + margin)
+        budget = resolve_budget(self._budget, plain * batch)  # "100%" always fits
         try:
-            member, schedule = self._member(chain, budget / batch)
+            member, schedule, measured = self._fit(chain, budget / batch, margin, measure)
         except solver.InfeasibleBudget as error:
             raise solver.InfeasibleBudget(
                 budget, math.ceil(error.min_budget * batch), error.method, units="bytes"
             ) from None
         plan = ScanPlan(member=member, chain=chain, schedule=schedule, layer=profile.layers[0],
-                        budget=budget, method=self._method, costs=self._costs, batch_size=batch)
+                        budget=budget, method=self._method, costs=self._costs, batch_size=batch,
+                        loop_margin=margin, measured_peak=measured * batch)
         self._cache[key] = plan
         return plan
 

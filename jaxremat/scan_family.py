@@ -50,7 +50,8 @@ import solver
 from solver import Chain, Checkpoint, Layer, Schedule, make_schedule
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "solver_plan", "family",
-           "choose", "Choice", "member_schedule"]
+           "choose", "Choice", "member_schedule",
+           "FamilyInfeasible"]
 
 _PEAK_TOLERANCE = 1e-9  # as solver.solve: the DP and the simulator sum sizes in other orders
 
@@ -141,6 +142,15 @@ def family(length: int, max_levels: int) -> Iterator[NestedScan]:
             yield from map(NestedScan, extend((k1,)))
 
 
+class FamilyInfeasible(solver.InfeasibleBudget):
+    """No member fits; ``.member`` and ``.schedule`` are the member of least peak."""
+
+    def __init__(self, budget: float, min_budget: float, member: NestedScan,
+                 schedule: Schedule) -> None:
+        super().__init__(budget, min_budget, "remat_scan")
+        self.member, self.schedule = member, schedule
+
+
 @dataclasses.dataclass(frozen=True)
 class Choice:
     """The member :func:`choose` picked, its simulated schedule, and the search's effort."""
@@ -153,12 +163,13 @@ class Choice:
 class _Search:
     """Members of one chain costed by the simulator, each distinct plan once."""
 
-    def __init__(self, chain: Chain) -> None:
-        self.chain = chain
+    def __init__(self, chain: Chain, loop_margin: float) -> None:
+        self.chain, self.loop_margin = chain, loop_margin
         self.seen: set = set()
         self.heap: list = []
         self.counter = itertools.count()
         self.min_peak = math.inf
+        self.smallest: tuple | None = None
 
     def push(self, member: NestedScan) -> None:
         plan = solver_plan(member, self.chain.length)
@@ -166,20 +177,25 @@ class _Search:
             return
         self.seen.add(plan)
         schedule = make_schedule(self.chain, plan, method="remat_scan")
-        self.min_peak = min(self.min_peak, schedule.peak)
-        heapq.heappush(self.heap, (schedule.time, schedule.peak, member.levels,
+        peak = schedule.peak + (member.levels + 1) * self.loop_margin
+        if peak < self.min_peak:
+            self.min_peak, self.smallest = peak, (member, schedule)
+        heapq.heappush(self.heap, (schedule.time, peak, member.levels,
                                    next(self.counter), member, schedule))
 
 
-def choose(chain: Chain, budget: float, *, max_levels: int = 2) -> Choice:
+def choose(chain: Chain, budget: float, *, max_levels: int = 2,
+           loop_margin: float = 0.0) -> Choice:
     """The fastest member of the family with at most ``max_levels`` levels whose simulated
-    peak fits ``budget`` (ties: the lower peak, then fewer levels).
+    peak, plus ``loop_margin`` per ``lax.scan`` level (``levels + 1``), fits ``budget``
+    (ties: the lower peak, then fewer levels).
 
     Raises:
-      solver.InfeasibleBudget: no member fits; ``.min_budget`` is the least peak in the
-        family (every member was costed by then).
+      FamilyInfeasible (a ``solver.InfeasibleBudget``): no member fits; ``.min_budget`` is
+        the least peak (margin included) in the family (every member was costed by then),
+        ``.member`` the member that has it.
     """
-    search = _Search(chain)
+    search = _Search(chain, loop_margin)
     search.push(NestedScan())
     if max_levels >= 1:
         for k in range(1, chain.length):
@@ -191,7 +207,7 @@ def choose(chain: Chain, budget: float, *, max_levels: int = 2) -> Choice:
         if 1 <= levels < max_levels:
             for k in inner_sizes(member.sizes[-1]):
                 search.push(NestedScan(member.sizes + (k,)))
-    raise solver.InfeasibleBudget(budget, search.min_peak, "remat_scan")
+    raise FamilyInfeasible(budget, search.min_peak, *search.smallest)
 
 
 def member_schedule(chain: Chain, member: NestedScan) -> Schedule:
