@@ -45,7 +45,8 @@ from .budget import check_budget, resolve_budget
 from .meter import activation_memory
 from .plan import check_settings
 from .profile import LayerProfile, profile_sequence
-from .scan_family import FamilyInfeasible, NestedScan, choose, member_schedule, pieces
+from .scan_family import FamilyInfeasible, choose, member_schedule
+from .scan_members import NestedScan, pieces
 from .trace_state import vmap_batch_size
 from .trees import abstractify, signature
 
@@ -358,9 +359,10 @@ class RematScan:
         least predicted peak and that member's measured memory."""
         extra = 0.0
         smallest = None
+        memo: dict = {}
         for _ in range(6):
             try:
-                member, schedule = self._member(chain, budget - extra, margin)
+                member, schedule = self._member(chain, budget - extra, margin, memo)
             except FamilyInfeasible as error:
                 smallest = (error.member, error.schedule, error.min_budget)
                 break
@@ -371,7 +373,7 @@ class RematScan:
             extra = max(extra + measured - budget, measured - predicted)
         if smallest is None:
             try:
-                self._member(chain, 0.0, margin)
+                self._member(chain, 0.0, margin, memo)
             except FamilyInfeasible as error:
                 smallest = (error.member, error.schedule, error.min_budget)
         member, schedule, least = smallest
@@ -380,12 +382,14 @@ class RematScan:
             return member, schedule, measured
         raise solver.InfeasibleBudget(budget, max(least, measured), f"remat_scan {self._method}")
 
-    def _member(self, chain: Chain, budget: float, margin: float) -> tuple[NestedScan, Schedule]:
+    def _member(self, chain: Chain, budget: float, margin: float, memo: dict
+                ) -> tuple[NestedScan, Schedule]:
         L = chain.length
         fixed = {"none": NestedScan(), "every_layer": NestedScan((1,) if L > 1 else ()),
                  "sqrt": NestedScan((max(1, round(math.sqrt(L))),) if L > 1 else ())}
         if self._method == "rotor":
-            choice = choose(chain, budget, max_levels=self._max_levels, loop_margin=margin)
+            choice = choose(chain, budget, max_levels=self._max_levels, loop_margin=margin,
+                            memo=memo)
             return choice.member, choice.schedule
         member = fixed[self._method]
         schedule = member_schedule(chain, member)

@@ -22,7 +22,8 @@ first ``L - k1`` layers as one segment, store the tapes of the last ``k1``", the
 Rotor's plans take at generous budgets.
 
 The choice (:func:`choose`) is exact within the family, by best-first search on the
-simulated time. Adding a level below a member (``sizes + (k,)``) turns stored runs into
+simulated time (:mod:`jaxremat.scan_simulate` runs the simulator, replaying the segments a
+homogeneous chain repeats; the member chosen is simulated again op by op). Adding a level below a member (``sizes + (k,)``) turns stored runs into
 nested ones, which only adds forward operations (each checkpointed piece of ``p`` layers
 adds ``p - 1`` forwards and one tape-only forward), so a member's simulated time bounds the
 time of all its descendants from below. Starting from every member with at most one level,
@@ -44,102 +45,18 @@ import dataclasses
 import heapq
 import itertools
 import math
-from typing import Iterator
 
 import solver
-from solver import Chain, Checkpoint, Layer, Schedule, make_schedule
+from solver import Chain, Schedule, make_schedule
+
+from .scan_members import NestedScan, family, inner_sizes, pieces, solver_plan
+from .scan_simulate import is_homogeneous, simulate_member
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "solver_plan", "family",
            "choose", "Choice", "member_schedule",
            "FamilyInfeasible"]
 
 _PEAK_TOLERANCE = 1e-9  # as solver.solve: the DP and the simulator sum sizes in other orders
-
-
-@dataclasses.dataclass(frozen=True)
-class NestedScan:
-    """One member of the nested-scan family (module docstring).
-
-    Attributes:
-      sizes: segment lengths per checkpointing level, outermost first, strictly decreasing,
-        each at least 1; ``()`` stores every tape (a plain scan).
-    """
-
-    sizes: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        sizes = tuple(self.sizes)
-        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in sizes):
-            raise ValueError(f"NestedScan sizes must be positive integers, got {sizes!r}.")
-        if any(a <= b for a, b in zip(sizes, sizes[1:])):
-            raise ValueError(f"NestedScan sizes must decrease from level to level, got {sizes!r}.")
-        object.__setattr__(self, "sizes", sizes)
-
-    @property
-    def levels(self) -> int:
-        """Number of checkpointing levels (``lax.scan`` nests one deeper)."""
-        return len(self.sizes)
-
-    def __str__(self) -> str:
-        if not self.sizes:
-            return "plain scan (every tape stored)"
-        return "segments of " + " > ".join(map(str, self.sizes)) + " layers"
-
-
-def pieces(length: int, size: int) -> list[int]:
-    """The piece lengths one level cuts a run of ``length`` layers into: ``size``-layer
-    pieces, after one remainder piece of ``length mod size`` layers unless ``size`` divides
-    ``length``. ``[length]`` when ``size >= length``."""
-    if size >= length:
-        return [length]
-    count, rest = divmod(length, size)
-    return ([rest] if rest else []) + [size] * count
-
-
-def inner_sizes(size: int) -> list[int]:
-    """The lengths a level below one of ``size`` layers may take: ``ceil(size / m)`` for
-    ``m = 2 .. size`` (every distinct way to cut ``size`` layers into ``m`` near-equal
-    pieces), largest first; about ``2 sqrt(size)`` values."""
-    return sorted({-(-size // m) for m in range(2, size + 1)}, reverse=True)
-
-
-def _items(start: int, length: int, sizes: tuple[int, ...]) -> list:
-    """Plan items for layers ``start .. start+length-1`` under the levels ``sizes``."""
-    while sizes and sizes[0] >= length:
-        sizes = sizes[1:]
-    if not sizes:
-        return [Layer(i) for i in range(start, start + length)]
-    parts = pieces(length, sizes[0])
-    items: list = []
-    position = start
-    for part in parts[:-1]:
-        body = tuple(_items(position, part, sizes[1:]))
-        items.append(Checkpoint(position, position + part, body))
-        position += part
-    items.extend(_items(position, parts[-1], sizes[1:]))
-    return items
-
-
-def solver_plan(member: NestedScan, length: int) -> solver.Plan:
-    """The ``solver.Plan`` of the unrolled chain of ``length`` layers that ``member``'s
-    nested scans run (same checkpoints, same recomputations, same order)."""
-    return tuple(_items(0, length, member.sizes))
-
-
-def family(length: int, max_levels: int) -> Iterator[NestedScan]:
-    """Every member with at most ``max_levels`` levels on a chain of ``length`` layers (the
-    brute-force reference for :func:`choose`; members may give equal plans)."""
-    yield NestedScan()
-
-    def extend(sizes: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
-        yield sizes
-        if len(sizes) < max_levels:
-            for k in inner_sizes(sizes[-1]):
-                yield from extend(sizes + (k,))
-
-    if max_levels >= 1:
-        for k1 in range(1, length):
-            yield from map(NestedScan, extend((k1,)))
 
 
 class FamilyInfeasible(solver.InfeasibleBudget):
@@ -161,53 +78,64 @@ class Choice:
 
 
 class _Search:
-    """Members of one chain costed by the simulator, each distinct plan once."""
+    """Members of one chain costed by the simulator: on a homogeneous chain through
+    :func:`jaxremat.scan_simulate.simulate_member` (replays repeated segments, equals
+    ``solver.simulate``), otherwise each distinct plan once by ``solver.make_schedule``."""
 
-    def __init__(self, chain: Chain, loop_margin: float) -> None:
+    def __init__(self, chain: Chain, loop_margin: float, memo: dict | None) -> None:
         self.chain, self.loop_margin = chain, loop_margin
+        self.memo: dict | None = None
+        if is_homogeneous(chain):
+            self.memo = {} if memo is None else memo
         self.seen: set = set()
         self.heap: list = []
         self.counter = itertools.count()
         self.min_peak = math.inf
-        self.smallest: tuple | None = None
+        self.smallest: NestedScan | None = None
 
     def push(self, member: NestedScan) -> None:
-        plan = solver_plan(member, self.chain.length)
-        if plan in self.seen:
-            return
-        self.seen.add(plan)
-        schedule = make_schedule(self.chain, plan, method="remat_scan")
-        peak = schedule.peak + (member.levels + 1) * self.loop_margin
+        if self.memo is None:
+            plan = solver_plan(member, self.chain.length)
+            if plan in self.seen:
+                return
+            self.seen.add(plan)
+            schedule = make_schedule(self.chain, plan, method="remat_scan")
+            time, peak = schedule.time, schedule.peak
+        else:
+            self.seen.add(member)
+            time, peak = simulate_member(self.chain, member, self.memo)
+        peak += (member.levels + 1) * self.loop_margin
         if peak < self.min_peak:
-            self.min_peak, self.smallest = peak, (member, schedule)
-        heapq.heappush(self.heap, (schedule.time, peak, member.levels,
-                                   next(self.counter), member, schedule))
+            self.min_peak, self.smallest = peak, member
+        heapq.heappush(self.heap, (time, peak, member.levels, next(self.counter), member))
 
 
 def choose(chain: Chain, budget: float, *, max_levels: int = 2,
-           loop_margin: float = 0.0) -> Choice:
+           loop_margin: float = 0.0, memo: dict | None = None) -> Choice:
     """The fastest member of the family with at most ``max_levels`` levels whose simulated
     peak, plus ``loop_margin`` per ``lax.scan`` level (``levels + 1``), fits ``budget``
-    (ties: the lower peak, then fewer levels).
+    (ties: the lower peak, then fewer levels). ``memo``: a dict to keep the simulator's
+    segment records in between calls on the same chain.
 
     Raises:
       FamilyInfeasible (a ``solver.InfeasibleBudget``): no member fits; ``.min_budget`` is
         the least peak (margin included) in the family (every member was costed by then),
         ``.member`` the member that has it.
     """
-    search = _Search(chain, loop_margin)
+    search = _Search(chain, loop_margin, memo)
     search.push(NestedScan())
     if max_levels >= 1:
         for k in range(1, chain.length):
             search.push(NestedScan((k,)))
     while search.heap:
-        _, peak, levels, _, member, schedule = heapq.heappop(search.heap)
+        _, peak, levels, _, member = heapq.heappop(search.heap)
         if peak <= budget * (1 + _PEAK_TOLERANCE):
-            return Choice(member, schedule, len(search.seen))
+            return Choice(member, member_schedule(chain, member), len(search.seen))
         if 1 <= levels < max_levels:
             for k in inner_sizes(member.sizes[-1]):
                 search.push(NestedScan(member.sizes + (k,)))
-    raise FamilyInfeasible(budget, search.min_peak, *search.smallest)
+    smallest = search.smallest
+    raise FamilyInfeasible(budget, search.min_peak, smallest, member_schedule(chain, smallest))
 
 
 def member_schedule(chain: Chain, member: NestedScan) -> Schedule:

@@ -14,6 +14,7 @@ import jaxremat
 import solver
 from jaxremat.scan import program_size
 from jaxremat.scan_family import NestedScan, choose, family, member_schedule, solver_plan
+from jaxremat.scan_simulate import simulate_member
 from solver import Chain, Layer
 
 
@@ -148,6 +149,20 @@ def test_choice_is_the_best_member_by_brute_force(L, fwd, tape, bwd, x, extra, t
         if m.levels == 2:
             parent = member_schedule(chain, NestedScan(m.sizes[:1]))
             assert s.time >= parent.time - 1e-9
+
+
+@settings(max_examples=15, deadline=None)
+@given(L=st.integers(1, 10), fwd=st.floats(0.1, 5), tape=st.floats(0.2, 1.0),
+       x=st.integers(1, 5), extra=st.integers(0, 8), tmp=st.integers(0, 4),
+       inside=st.booleans())
+def test_replayed_simulation_equals_the_simulator(L, fwd, tape, x, extra, tmp, inside):
+    chain = homogeneous(L, fwd, tape, 2 * fwd, x, extra, tmp, inside)
+    memo = {}  # shared between members, as the search shares it
+    for member in family(L, 3):
+        exact = member_schedule(chain, member)
+        time, peak = simulate_member(chain, member, memo)
+        assert time == pytest.approx(exact.time, rel=1e-12)
+        assert peak == pytest.approx(exact.peak, rel=1e-12)
 
 
 def test_solver_plan_is_the_nested_scan():
