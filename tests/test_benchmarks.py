@@ -50,3 +50,11 @@ def test_gpu_checks_script_parses_and_names_its_parts():
     text = open(script).read()
     for part in re.findall(r"gpu_checks\.sh (\w+) ", text):  # the usage lines at the top
         assert f"part_{part}()" in text, part
+
+
+def test_scan_depth_quick_runs():
+    out = _run("benchmarks/scan_depth.py", "--quick")
+    assert re.search(r"^32 +remat_scan .*cached", out, re.M)
+    assert re.search(r"^8 +scan\+nothing_saveable", out, re.M)
+    rows = [line for line in out.splitlines() if re.match(r"\d+ +remat_scan (25|50|75)%", line)]
+    assert len(rows) == 9  # three depths, three budgets: a figure or the budget that works
