@@ -70,7 +70,7 @@ from ..budget import check_budget
 from ..plan import Plan, check_settings, solve_plan
 from ..profile import Profile, profile_sequence
 from ..trace_state import is_differentiated, vmap_batch_size
-from ..trees import abstractify, signature
+from ..trees import abstractify, leaf_shapes, signature
 
 __all__ = ["RematSequential", "remat_blocks", "plan_modules", "run_modules"]
 
@@ -171,7 +171,8 @@ def plan_pure_layers(
                                    input_grad=input_grad)
         _remember(_profiles, profile_key, profile)
     plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend,
-                      batch_size=batch, input_grad=input_grad)
+                      batch_size=batch, input_grad=input_grad,
+                      input_shapes=leaf_shapes(abstract_x))
     return _remember(_plans, plan_key, plan)
 
 
