@@ -64,7 +64,8 @@ def test_the_readme_has_python_snippets():
 def test_readme_snippet_runs(index, capsys):
     code = _blocks()[index]
     namespace = {"jax": jax, "jnp": jnp, "jaxremat": jaxremat}
-    namespace.update(_nnx_stand_ins() if "nnx" in code else _jax_stand_ins())
+    flax_snippet = "nnx" in code or "model" in code
+    namespace.update(_nnx_stand_ins() if flax_snippet else _jax_stand_ins())
     exec(compile(code, f"README.md python block {index}", "exec"), namespace)
     printed = capsys.readouterr().out
     if "roomy" in namespace:  # the budget section: a share over 100% means no remat
