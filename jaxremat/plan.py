@@ -56,6 +56,9 @@ class Plan:
       batch_size: the ``jax.vmap`` batch the chain is multiplied by (1 without vmap).
       input_grad: whether the sequence's input was being differentiated when the plan was
         made; if not, the first layer was profiled without computing ``g[0]``.
+      scope: what the budget covers when a wrapper says so (``remat_blocks``: the blocks or
+        the whole training step, :class:`jaxremat.flax.model_scope.ScopeNote`); printed by
+        :meth:`report`.
     """
 
     chain: Chain
@@ -67,6 +70,7 @@ class Plan:
     layers: tuple[LayerProfile, ...]
     batch_size: int = 1
     input_grad: bool = True
+    scope: Any = None
 
     @property
     def predicted_peak(self) -> float:
@@ -145,7 +149,8 @@ class Plan:
                if self.schedule.method and self.schedule.method != self.method else "")
             + f", backend={self.backend!r}, costs={self.costs!r}"
             + (f", vmap batch {self.batch_size}" if self.batch_size > 1 else ""),
-            f"  budget          {format_bytes(self.budget)} ({self.budget} bytes)",
+            f"  {'blocks budget' if getattr(self.scope, 'scope', '') == 'model' else 'budget':<15} "
+            f"{format_bytes(self.budget)} ({self.budget} bytes)",
             f"  predicted peak  {format_bytes(self.predicted_peak)} "
             f"({self.predicted_peak / self.budget:.0%} of budget; no remat: "
             f"{format_bytes(self.no_remat_peak)})",
@@ -154,6 +159,8 @@ class Plan:
             f"{_TIME_SOURCE.get(self.costs, self.costs)})",
             f"  plan            {format_plan(self.schedule.plan)}",
         ]
+        if self.scope is not None:
+            lines[1:1] = self.scope.lines()
         if self.exceeds_no_remat:
             lines.append(
                 f"  note            the budget exceeds what the plain sequence needs "

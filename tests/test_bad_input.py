@@ -120,7 +120,7 @@ def test_remat_blocks_instance_budget_is_not_ignored():
 def test_remat_blocks_attribute_must_be_a_list():
     cls = remat_blocks("blocks", budget="1MiB")(type("Tower", (Tower,), {}))
     model = cls(nnx.Linear(4, 4, rngs=nnx.Rngs(0)))
-    with pytest.raises(TypeError, match=r"Tower\.blocks is a Linear; .*list of modules"):
+    with pytest.raises(TypeError, match=r"Tower\.blocks is one Linear, not a list of modules"):
         model(jnp.ones((2, 4)))
 
 
@@ -154,3 +154,19 @@ def test_a_share_budget_on_an_empty_batch_says_the_batch_is_empty():
     with pytest.raises(solver.InfeasibleBudget) as info:
         jaxremat.remat_sequence(layers, "10%").plan(params, jnp.ones((64, 4)))
     assert "empty" not in str(info.value)
+
+
+def test_remat_blocks_on_a_scanned_stack_names_the_route_for_scanned_stacks():
+    # The blocks of a scanned stack are one module whose parameters are stacked by nnx.vmap.
+    @nnx.split_rngs(splits=3)
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def stacked(rngs):
+        return nnx.Linear(4, 4, rngs=rngs)
+
+    for scope in ("model", "blocks"):
+        cls = remat_blocks("blocks", budget="1MiB", scope=scope)(type("Tower", (Tower,), {}))
+        model = cls(stacked(nnx.Rngs(0)))
+        assert model.blocks.kernel.shape == (3, 4, 4)
+        with pytest.raises(TypeError, match=r"scanned stack .*nnx\.vmap.*jaxremat\.remat_scan\("
+                                            r"layer, budget\).*or unroll the stack into an nnx\.List"):
+            model(jnp.ones((2, 4)))

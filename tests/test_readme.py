@@ -33,25 +33,38 @@ def _jax_stand_ins() -> dict:
 
 
 def _nnx_stand_ins() -> dict:
-    """A small NNX model with BatchNorm and Dropout, a batch and a training loss."""
+    """A small NNX model (remat_blocks over blocks with BatchNorm and Dropout), a batch and
+    a training loss."""
     from flax import nnx
 
-    class Model(nnx.Module):
+    import jaxremat.flax
+
+    class Block(nnx.Module):
         def __init__(self, *, rngs: nnx.Rngs):
-            self.up = nnx.Linear(8, 16, rngs=rngs)
+            self.up = nnx.Linear(16, 16, rngs=rngs)
             self.norm = nnx.BatchNorm(16, rngs=rngs)
             self.drop = nnx.Dropout(0.2, rngs=rngs)
-            self.down = nnx.Linear(16, 3, rngs=rngs)
 
         def __call__(self, x):
-            return self.down(self.drop(nnx.relu(self.norm(self.up(x)))))
+            return x + self.drop(nnx.relu(self.norm(self.up(x))))
+
+    @jaxremat.flax.remat_blocks("blocks", budget="90%")
+    class Model(nnx.Module):
+        def __init__(self, *, rngs: nnx.Rngs):
+            self.embed = nnx.Linear(8, 16, rngs=rngs)
+            self.blocks = nnx.List([Block(rngs=rngs) for _ in range(4)])
+            self.head = nnx.Linear(16, 3, rngs=rngs)
+
+        def __call__(self, x):
+            return self.head(self.run_blocks(self.embed(x)))
 
     def loss_fn(model, images, labels):
         logits = model(images)
         return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1))
 
     return {"nnx": nnx, "model": Model(rngs=nnx.Rngs(0, dropout=1)), "loss_fn": loss_fn,
-            "images": jnp.ones((4, 8)), "labels": jnp.array([0, 1, 2, 0])}
+            "images": jax.random.normal(jax.random.key(0), (32, 8)),
+            "labels": jnp.arange(32) % 3}
 
 
 def test_the_readme_has_python_snippets():
@@ -72,6 +85,8 @@ def test_readme_snippet_runs(index, capsys):
         assert "exceeds what the plain sequence needs" in printed
     if "print(seq.plan(" in code:
         assert "jaxremat plan" in printed
+    if "fit_blocks" in code:  # the whole step, measured
+        assert "the whole training step (loss_fn(model, *batch))" in printed
 
 
 def test_the_demo_labels_its_synthetic_chains_and_explains_its_marks(capsys):
