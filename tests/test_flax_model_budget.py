@@ -198,3 +198,39 @@ def test_scope_blocks_keeps_the_blocks_only_meaning():
         remat_blocks("blocks", budget="50%", scope="everything")
     with pytest.raises(ValueError, match="scope='blocks'"):
         model.fit_blocks(loss_fn, data)
+
+
+class _TanhBlock(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(16, 16, rngs=rngs)
+
+    def __call__(self, h):
+        return jnp.tanh(self.linear(h))
+
+
+@remat_blocks("blocks", budget="60%")
+class _Tower(nnx.Module):
+    def __init__(self):
+        rngs = nnx.Rngs(0)
+        self.embed = nnx.Linear(16, 16, rngs=rngs)
+        self.blocks = nnx.List([_TanhBlock(rngs) for _ in range(6)])
+        self.head = nnx.Linear(16, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.head(self.run_blocks(self.embed(x)))
+
+
+def test_under_nnx_vmap_the_budget_is_the_whole_batch_step():
+    plain_cls = _plain(_Tower, lambda self, x: self.embed(x), lambda self, h: self.head(h))
+    examples = jax.random.normal(jax.random.key(1), (5, 8, 16))
+
+    def loss_fn(model, examples):
+        return jnp.mean(nnx.vmap(lambda m, x: m(x), in_axes=(None, 0))(model, examples) ** 2)
+
+    model, plain = _Tower(), plain_cls()
+    got, want = nnx.grad(loss_fn)(model, examples), nnx.grad(loss_fn)(plain, examples)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+    whole = jaxremat.flax.activation_memory(plain, loss_fn, examples)
+    measured = jaxremat.flax.activation_memory(model, loss_fn, examples)
+    assert measured <= int(0.6 * whole) < whole  # fitted per example, for the batch of 5
