@@ -56,13 +56,13 @@ import solver
 from solver.errors import check_real
 from solver.graph.model import memory_of, strongly_connected
 
-from .budget import check_budget, format_bytes, resolve_budget
+from .budget import check_budget, empty_input_hint, format_bytes, resolve_budget
 from .graph import SOURCE, TARGET, TracedGraph, trace_graph
 from .graph_budget import fit_budget
 from .jax_compat import close_jaxpr
 from .meter import activation_memory
 from .trace_state import vmap_batch_size
-from .trees import abstractify, signature
+from .trees import abstractify, leaf_shapes, signature
 
 __all__ = ["GraphPlan", "RematGraph", "remat_graph"]
 
@@ -115,6 +115,8 @@ class GraphPlan:
         )
         if self.budget is not None:
             text += f"; measured {format_bytes(self.measured)} within a budget of {format_bytes(self.budget)}"
+            if not self.checkpoints.segments:
+                text += " (the budget covers what the plain function needs: nothing is recomputed)"
         return text
 
 
@@ -386,7 +388,8 @@ class RematGraph:
             lowest = measure(fallback)
             if lowest > budget:
                 raise solver.InfeasibleBudget(budget, min(lowest, error.min_budget), "remat_graph",
-                                              units="bytes", exact=False) from None
+                                              units="bytes", exact=False,
+                                              hint=empty_input_hint(self.budget, leaf_shapes(x))) from None
             return dataclasses.replace(fallback, budget=budget, measured=int(lowest))
         return plan_of(keep_all if found is None else found, budget=budget, measured=int(measured))
 
