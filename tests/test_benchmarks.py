@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -22,6 +24,7 @@ def _run(*args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # subprocess runs of the benchmark scripts
 def test_jax_memory_with_device_columns():
     out = _run("benchmarks/jax_memory.py", "--model", "mlp", "--budgets", "0.5",
                "--methods", "rotor,every_layer", "--device-columns", "on", "--no-peak")
@@ -35,6 +38,7 @@ def test_jax_memory_with_device_columns():
     assert "cost analysis: lowered" in out  # XLA answers on CPU
 
 
+@pytest.mark.slow
 def test_device_profile_plans_with_both_cost_models():
     out = _run("benchmarks/device_profile.py", "--model", "mlp", "--scale", "1")
     rows = {line.split()[0]: line.split() for line in out.splitlines()

@@ -12,13 +12,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from jaxremat import activation_memory, remat_graph
 from jaxremat.graph import SOURCE, TARGET, equation_flops, trace_graph
 
 from dense_chain import Y  # 1 where tanh's tape holds its output (JAX 0.10), else 0
+from tiers import sweep
 
 B, D = 16, 32
 A = B * D * 4
@@ -176,7 +177,7 @@ def programs(draw):
 
 
 @pytest.mark.filterwarnings("ignore:checkpoint_search. a complex division")
-@settings(max_examples=12, deadline=None)
+@sweep(12, quick=4)
 @given(programs())
 def test_random_dags(program):
     edges, side_outputs = program
@@ -289,6 +290,7 @@ print(len(jax.devices()), float(loss), float(loss0), max(gap, gap1), len(g.plan(
 """
 
 
+@pytest.mark.slow  # a subprocess with 4 host devices
 def test_sharded_batch_equals_unsharded():
     # a fresh process: the host device count must be set before JAX starts
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

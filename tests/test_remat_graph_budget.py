@@ -6,7 +6,7 @@ Memory is in units of one activation ``A`` of the models in ``test_remat_graph.p
 import jax
 import jax.numpy as jnp
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 import solver
 from jaxremat import activation_memory, remat_graph
@@ -14,6 +14,7 @@ from jaxremat.costs import lowered_costs
 from dense_chain import Y
 from test_remat_graph import (MLP, MODELS, X, A, _random_program, assert_regions_valid, assert_same,
                                matrix, programs, residual_mlp)
+from tiers import sweep
 
 
 def _memories(fn, params):
@@ -119,7 +120,7 @@ def test_malformed_budget(budget):
 
 
 @pytest.mark.filterwarnings("ignore:checkpoint_search. a complex division")
-@settings(max_examples=6, deadline=None)
+@sweep(6, quick=2)
 @given(programs())
 def test_random_dags_under_a_budget(program):
     # Saved kept values inside regions, plain regions of kept values only, side outputs and
