@@ -67,7 +67,9 @@ def test_value_and_gradient_equal_plain_scan(L, budget):
                  jax.grad(loss(plain(layer)), (0, 1))(params, x))
 
 
-@pytest.mark.parametrize("sizes", [(), (1,), (3,), (5, 2), (6, 3, 1)])
+@pytest.mark.parametrize("sizes", [  # the two deepest members (7 s of CPU each) in the slow tier
+    (), (1,), (3,), pytest.param((5, 2), marks=pytest.mark.slow),
+    pytest.param((6, 3, 1), marks=pytest.mark.slow)])
 def test_every_member_shape_applies_exactly(sizes):
     """Members forced through max_levels and prime L: remainders at every level."""
     L = 11
