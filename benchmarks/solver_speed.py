@@ -7,17 +7,26 @@ that the peak RSS is per measurement; the JIT is warmed there first (numba's on-
 is loaded), so the times exclude compilation, which is measured once separately with an
 empty cache.
 
-Columns: ``minpeak s`` exact minimum-budget DP (O(L^3)); ``table s`` the time DP
+Per-layer options (Rockmate's multi-option layers, ``solver.chain.options``): each (L, f)
+runs once per ``--options`` count ``K`` (default 1 and 4), the chain being the same random
+chain with ``K - 1`` random extra options per layer
+(``solver.chain.generators.with_random_options``); ``K = 1`` is the chain without options,
+so the two rows compare the same machine in the same run.
+
+Columns: ``K`` options per layer; ``minpeak s`` exact minimum-budget DP (O(L^3)); ``table s`` the time DP
 (O(L^3 M)), wall clock, and ``cpu s`` its CPU time (the two differ when other processes
 share the core); ``rebuild s`` reconstruction of the plan plus the simulator's costing of it;
 ``total s`` the sum; ``table MiB`` the DP's arrays; ``RSS MiB`` the subprocess's peak
 resident memory (Python, numpy and numba included, about 150 MiB on their own);
-``overhead`` the schedule's time over the no-rematerialisation time, minus one.
+``overhead`` the schedule's time over the no-rematerialisation time (of option 0, the
+whole tapes), minus one; ``F_all k>0`` how many of the plan's ``F_all`` ops use an option
+other than the whole tape.
 
-Targets: L = 200 within 0.5 s; L = 1000 within 60 s and 4 GiB.
+Targets: L = 200 within 0.5 s (one option) and 2 s (4 options); L = 1000 within 60 s and
+4 GiB.
 
-    python benchmarks/solver_speed.py               # L = 25 .. 1000
-    python benchmarks/solver_speed.py --max-layers 200
+    python benchmarks/solver_speed.py               # L = 25 .. 1000, K = 1 and 4
+    python benchmarks/solver_speed.py --max-layers 200 --options 1 4
 """
 
 from __future__ import annotations
@@ -33,17 +42,20 @@ import time
 LENGTHS = (25, 50, 100, 200, 400, 1000)
 
 
-def _child(length: int, fraction: float, slots: int, seed: int) -> dict:
+def _child(length: int, fraction: float, slots: int, seed: int, options: int) -> dict:
     import resource
 
     from solver import Layer, make_schedule
-    from solver.chain.generators import random_chain
+    from solver.chain.generators import random_chain, with_random_options
     from solver.chain.rotor import RotorTable, rotor_min_budget
 
     warm = random_chain(3, seed)
-    RotorTable(warm, 400.0, slots).schedule(400.0)  # load the JIT cache
+    for table in (warm, with_random_options(warm, seed)):  # load the JIT cache
+        RotorTable(table, 400.0, slots).schedule(400.0)
 
     chain = random_chain(length, seed)
+    if options > 1:
+        chain = with_random_options(chain, seed, options=options)
     t0 = time.perf_counter()
     low = rotor_min_budget(chain)
     t1 = time.perf_counter()
@@ -59,6 +71,7 @@ def _child(length: int, fraction: float, slots: int, seed: int) -> dict:
     assert schedule.peak <= budget
     return dict(
         L=length,
+        K=options,
         f=fraction,
         M=table.capacity,
         minpeak=t1 - t0,
@@ -70,6 +83,7 @@ def _child(length: int, fraction: float, slots: int, seed: int) -> dict:
         rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         overhead=schedule.time / (chain.fwd_time.sum() + chain.bwd_time.sum()) - 1,
         fallback=table.predicted_time(budget) == float("inf"),
+        optioned=sum(1 for op in schedule.ops if len(op) == 3),
     )
 
 
@@ -99,12 +113,15 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=500)
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.5])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--child", nargs=2, type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--options", type=int, nargs="+", default=[1, 4],
+                        help="options per layer (K); 1 = the chain without options")
+    parser.add_argument("--child", nargs=3, type=float, help=argparse.SUPPRESS)
     parser.add_argument("--compile-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.child:
-        print(json.dumps(_child(int(args.child[0]), args.child[1], args.slots, args.seed)))
+        print(json.dumps(_child(int(args.child[0]), args.child[1], args.slots, args.seed,
+                                int(args.child[2]))))
         return
     if args.compile_child:
         print(json.dumps(_compile_child(args.slots)))
@@ -117,21 +134,21 @@ def main() -> None:
           f"first call with the cache on disk: {warm['first_call_s']:.2f} s")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print()
-    header = (f"{'L':>5} {'f':>4} {'M':>4} {'minpeak s':>9} {'table s':>8} {'cpu s':>7} "
+    header = (f"{'L':>5} {'K':>2} {'f':>4} {'M':>4} {'minpeak s':>9} {'table s':>8} {'cpu s':>7} "
               f"{'rebuild s':>9} "
-              f"{'total s':>8} {'table MiB':>9} {'RSS MiB':>8} {'overhead':>8}")
+              f"{'total s':>8} {'table MiB':>9} {'RSS MiB':>8} {'overhead':>8} {'F_all k>0':>9}")
     print(header)
     print("-" * len(header))
     for length in (n for n in LENGTHS if n <= args.max_layers):
         for fraction in args.fractions:
-            r = _run(["--child", str(length), str(fraction), "--slots", str(args.slots),
-                      "--seed", str(args.seed)])
-            note = " (min-peak fallback)" if r["fallback"] else ""
-            print(f"{r['L']:>5} {r['f']:>4.2f} {r['M']:>4} {r['minpeak']:>9.3f} "
-                  f"{r['table']:>8.3f} {r['table_cpu']:>7.3f} {r['rebuild']:>9.3f} "
-                  f"{r['total']:>8.3f} "
-                  f"{r['table_mib']:>9.1f} {r['rss_mib']:>8.0f} {r['overhead']:>7.1%}{note}",
-                  flush=True)
+            for options in args.options:
+                r = _run(["--child", str(length), str(fraction), str(options), "--slots",
+                          str(args.slots), "--seed", str(args.seed)])
+                note = " (min-peak fallback)" if r["fallback"] else ""
+                print(f"{r['L']:>5} {r['K']:>2} {r['f']:>4.2f} {r['M']:>4} {r['minpeak']:>9.3f} "
+                      f"{r['table']:>8.3f} {r['table_cpu']:>7.3f} {r['rebuild']:>9.3f} "
+                      f"{r['total']:>8.3f} {r['table_mib']:>9.1f} {r['rss_mib']:>8.0f} "
+                      f"{r['overhead']:>7.1%} {r['optioned']:>9}{note}", flush=True)
 
 
 if __name__ == "__main__":

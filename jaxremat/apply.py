@@ -5,6 +5,9 @@ A plan (``solver.Plan``) is a tuple of ``solver.Layer(i)`` and
 
 * ``Layer(i)``: call ``layers[i](params[i], x)`` plainly; under autodiff JAX keeps the
   layer's residuals (its tape): Rotor's ``F_all(i)`` then ``B(i)``.
+* ``Layer(i, option=k)``, ``k >= 1`` (issue 17, :mod:`jaxremat.policies`): call
+  ``jax.checkpoint(layers[i], policy=policies[i][k], prevent_cse=True)``; JAX keeps only
+  the residuals the policy saves and recomputes the rest in the layer's backward.
 * ``Checkpoint(start, stop, body)``: run layers ``start .. stop-1`` keeping only the input
   (``F_ck``/``F_none``); when the backward pass reaches the segment, recompute it following
   ``body`` (itself a plan, applied recursively) and run its backward.
@@ -20,6 +23,12 @@ Two backends realise a checkpoint:
   ``body``, nested segments included) on the saved input. The input and the incoming
   gradient first pass through ``jax.lax.optimization_barrier`` so that XLA can neither hoist
   the recomputation into the forward pass nor merge it away.
+
+A layer's option is always applied with ``jax.checkpoint`` and its policy, in both backends
+(``custom_vjp`` has no policies of its own: a segment's backward runs ``jax.vjp`` of its
+body, in which such a layer keeps what its policy saves, as under ``"checkpoint"``). The
+Flax wrappers pass ``option_transform`` (the lifted ``nnx.remat`` / ``nn.remat`` with the
+policy) instead.
 
 The parameters of a segment are passed to it as arguments (never closed over), so their
 gradients flow through both backends.
@@ -40,21 +49,37 @@ __all__ = ["BACKENDS", "apply_plan"]
 BACKENDS = ("checkpoint", "custom_vjp")
 
 
+def _checkpoint_option(layer: Callable, policy: Callable) -> Callable:
+    """The default ``option_transform``: ``jax.checkpoint`` with the option's policy."""
+    return jax.checkpoint(layer, policy=policy, prevent_cse=True)
+
+
+def _layer(item: Layer, layers: Sequence[Callable], options: tuple) -> Callable:
+    """The function ``(params, x) -> y`` of ``item``: the plain layer, or its option."""
+    option = getattr(item, "option", 0)
+    if not option:
+        return layers[item.index]
+    policies, option_transform = options
+    return option_transform(layers[item.index], policies[item.index][option])
+
+
 def _run(plan: SolverPlan, layers: Sequence[Callable], params: Sequence[Any], x: Any,
-         offset: int, backend: str | Callable) -> Any:
+         offset: int, backend: str | Callable, options: tuple) -> Any:
     """Apply ``plan`` to ``x``; ``params[k]`` belongs to layer ``offset + k``."""
     for item in plan:
         if isinstance(item, Layer):
-            x = layers[item.index](params[item.index - offset], x)
+            x = _layer(item, layers, options)(params[item.index - offset], x)
         else:
             segment_params = tuple(params[item.start - offset:item.stop - offset])
-            x = _segment(item, layers, backend)(segment_params, x)
+            x = _segment(item, layers, backend, options)(segment_params, x)
     return x
 
 
-def _segment(item: Checkpoint, layers: Sequence[Callable], backend: str | Callable) -> Callable:
+def _segment(item: Checkpoint, layers: Sequence[Callable], backend: str | Callable,
+             options: tuple) -> Callable:
     """The function ``(segment_params, x) -> y`` of one checkpointed segment."""
-    body = functools.partial(_run, item.body, layers, offset=item.start, backend=backend)
+    body = functools.partial(_run, item.body, layers, offset=item.start, backend=backend,
+                             options=options)
     if callable(backend):  # apply_plan's ``transform`` (e.g. Flax's lifted remat)
         return backend(body)
     if backend == "checkpoint":
@@ -92,6 +117,8 @@ def apply_plan(
     *,
     backend: str = "checkpoint",
     transform: Callable[[Callable], Callable] | None = None,
+    policies: Sequence[Sequence[Any]] | None = None,
+    option_transform: Callable[[Callable, Any], Callable] | None = None,
 ) -> Any:
     """Run ``layers`` on ``x`` following ``plan``; the result equals running them in order.
 
@@ -106,6 +133,12 @@ def apply_plan(
         the nested sub-plan); ``segment`` is called as ``segment(segment_params, x)``. The
         Flax wrappers pass the lifted ``nnx.remat`` / ``nn.remat`` here, so that module
         state updates propagate (:mod:`jaxremat.flax`).
+      policies: ``policies[i][k]`` is the ``jax.checkpoint`` policy of option ``k`` of layer
+        ``i`` (``[0]``, the whole tape, is unused); needed when the plan has a
+        ``Layer(i, option=k)`` with ``k >= 1`` (e.g. :attr:`jaxremat.Plan.policies`).
+      option_transform: ``option_transform(layer, policy) -> layer`` applies an option
+        (default: ``jax.checkpoint(layer, policy=policy, prevent_cse=True)``, in both
+        backends).
 
     Returns:
       The last layer's output. Its gradients (``jax.grad``/``jax.vjp``) equal those of the
@@ -118,8 +151,35 @@ def apply_plan(
             f"params has {len(params)} entries but there are {len(layers)} layers."
         )
     validate_plan(plan, 0, len(layers))
+    _check_options(plan, policies, len(layers))
     if transform is not None:
         if not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}.")
         backend = transform
-    return _run(plan, tuple(layers), tuple(params), x, 0, backend)
+    options = (policies, option_transform or _checkpoint_option)
+    return _run(plan, tuple(layers), tuple(params), x, 0, backend, options)
+
+
+def _check_options(plan: SolverPlan, policies: Sequence[Sequence[Any]] | None,
+                   length: int) -> None:
+    """Raise ``ValueError`` unless every ``Layer(i, option=k)`` of ``plan`` has a policy."""
+    pending = list(plan)
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Checkpoint):
+            pending.extend(item.body)
+            continue
+        option = getattr(item, "option", 0)
+        if not option:
+            continue
+        if policies is None or len(policies) != length:
+            raise ValueError(
+                f"The plan runs layer {item.index} with option {option} (a checkpoint policy); "
+                f"pass policies=plan.policies (one sequence of policies per layer, {length} "
+                "layers)."
+            )
+        if not 0 < option < len(policies[item.index]):
+            raise ValueError(
+                f"The plan runs layer {item.index} with option {option}, but that layer has "
+                f"{len(policies[item.index])} options (0 = the whole tape)."
+            )

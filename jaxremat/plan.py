@@ -37,6 +37,39 @@ _TIME_SOURCE = {
 }
 
 
+def chosen_options(plan: Any) -> dict[int, int]:
+    """``{layer: option}`` of the ``Layer`` items of a plan, nested bodies included (each
+    layer's stored tape is made by exactly one of them)."""
+    chosen, pending = {}, list(plan)
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Checkpoint):
+            pending.extend(item.body)
+        else:
+            chosen[item.index] = getattr(item, "option", 0)
+    return chosen
+
+
+def _dropped_lines(layers: Sequence[LayerProfile]) -> list[str]:
+    """Options left off the layers' menus, grouped by (name, reason)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for layer in layers:
+        for name, reason in layer.dropped:
+            groups.setdefault((name, reason), []).append(layer.index)
+    return [f"  option {name!r} dropped on layers {_ranges(indices)}: {reason}"
+            for (name, reason), indices in groups.items()]
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``"0-2, 5"``."""
+    parts, start = [], indices[0]
+    for prev, current in zip(indices, list(indices[1:]) + [None]):
+        if current != prev + 1:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = current
+    return ", ".join(parts)
+
+
 def _checkpoint_starts(plan: Any) -> set[int]:
     """Layers whose input a top-level checkpoint keeps."""
     return {item.start for item in plan if isinstance(item, Checkpoint)}
@@ -103,6 +136,32 @@ class Plan:
         return self.budget > self.no_remat_peak
 
     @property
+    def policies(self) -> tuple[tuple[Any, ...], ...]:
+        """Per layer, the ``jax.checkpoint`` policy of each option (``None`` for option 0,
+        the whole tape): what :func:`jaxremat.apply.apply_plan` takes as ``policies``."""
+        return tuple((None,) + tuple(o.policy for o in layer.options) for layer in self.layers)
+
+    @property
+    def options(self) -> list[str]:
+        """Per layer, the name of the option its stored tape is made with (``"everything"``:
+        the whole tape; ``"dots"``: ``dots_saveable``...; :mod:`jaxremat.policies`)."""
+        chosen = chosen_options(self.schedule.plan)
+        return [layer.option_names[chosen.get(layer.index, 0)] for layer in self.layers]
+
+    def policy_summary(self) -> str:
+        """The checkpoint policies the plan stores tapes with, e.g. ``"dots: layers 0-3, 7"``
+        (``""`` when every stored tape is whole)."""
+        groups: dict[str, list[int]] = {}
+        for index, option in enumerate(self.options):
+            if option != "everything":
+                groups.setdefault(option, []).append(index)
+        return "; ".join(f"{name}: layers {_ranges(indices)}" for name, indices in groups.items())
+
+    def _option_names(self) -> tuple[tuple[str, ...], ...] | None:
+        options = getattr(self.chain, "options", None)
+        return None if options is None else options.names
+
+    @property
     def forward_counts(self) -> list[int]:
         """How many times each layer's forward runs in a training step."""
         return self.schedule.forward_counts(self.chain.length)
@@ -112,18 +171,20 @@ class Plan:
         top-level checkpoint keeps its input)."""
         kept = _checkpoint_starts(self.schedule.plan)
         result = []
-        for i, count in enumerate(self.forward_counts):
+        for i, (count, option) in enumerate(zip(self.forward_counts, self.options)):
+            policy = "" if option == "everything" else f" (policy {option})"
             if count <= 1:
-                result.append("store tape")
+                result.append("store tape" + policy)
                 continue
             text = f"recompute x{count - 1}"
-            result.append(text + (", keep input" if i in kept else ""))
+            result.append(text + (", keep input" if i in kept else "") + policy)
         return result
 
     def rows(self) -> list[dict[str, Any]]:
         """The per-layer table as dictionaries (bytes, seconds, counts, decision)."""
         rows = []
-        for layer, count, decision in zip(self.layers, self.forward_counts, self.decisions()):
+        for layer, count, option, decision in zip(self.layers, self.forward_counts, self.options,
+                                                  self.decisions()):
             rows.append({
                 "layer": layer.index,
                 "input_bytes": layer.input_bytes,
@@ -136,6 +197,7 @@ class Plan:
                 "fwd_flops": layer.fwd_flops,
                 "bwd_flops": layer.bwd_flops,
                 "forwards": count,
+                "option": option,
                 "decision": decision,
             })
         return rows
@@ -157,7 +219,8 @@ class Plan:
             f"  predicted time  {_format_time(self.predicted_time)} "
             f"({self.predicted_time / max(self.no_remat_time, 1e-300):.3f}x no remat; "
             f"{_TIME_SOURCE.get(self.costs, self.costs)})",
-            f"  plan            {format_plan(self.schedule.plan)}",
+            f"  plan            {format_plan(self.schedule.plan, names=self._option_names())}",
+            f"  policies        {self.policy_summary() or 'none (whole tapes)'}",
         ]
         if self.scope is not None:
             lines[1:1] = self.scope.lines()
@@ -178,6 +241,7 @@ class Plan:
                 f"{_format_time(row['fwd_tape_time']):>9} {_format_time(row['bwd_time']):>9} "
                 f"{row['forwards']:>4}  {row['decision']}"
             )
+        lines += _dropped_lines(self.layers)
         lines += ["", "  methods at this budget (predicted peak, time overhead vs no remat):"]
         row = compare_methods(self.chain, [self.budget / self.batch_size])[0]
         for method, time, peak in zip(row.methods, row.times, row.peaks):

@@ -289,8 +289,15 @@ def plot_plan(plan: Any, path: str | os.PathLike, **kwargs: Any) -> str:
     """Write the PNG of :func:`plot_schedule` for a :class:`jaxremat.Plan`.
 
     ``plan.chain``, ``plan.schedule`` and (if present) ``plan.budget`` are used; keyword
-    arguments go to :func:`plot_schedule`. Returns ``str(path)``.
+    arguments go to :func:`plot_schedule`. When the plan stores some tapes under a
+    checkpoint policy (issue 17), the title lists them (``Plan.policy_summary``).
+    Returns ``str(path)``.
     """
     chain, schedule, budget = _plan_parts(plan)
     kwargs.setdefault("budget", budget)
+    summary = getattr(plan, "policy_summary", lambda: "")()
+    if summary and "title" not in kwargs:  # the checkpoint policy of each stored tape
+        base = chain.fwd_time.sum() + chain.bwd_time.sum() or 1.0
+        kwargs["title"] = (f"{chain.length} layers, method {schedule.method!r}: time "
+                           f"{schedule.time / base:.3f}x no-remat\npolicies: {summary}")
     return plot_schedule(chain, schedule, path, **kwargs)

@@ -75,6 +75,18 @@ so it is conservative where JAX frees memory earlier than the model says:
 * Rotor's dynamic program plans with the ``output_in_tape`` flags (exactly as the
   simulator counts them), so memory an unread output would waste is used.
 
+Options (issue 17; ALGORITHMS.md section 2, "Multi-option layers"): besides its whole tape
+(option 0, everything above), each layer is profiled under the ``jax.checkpoint`` policies of
+its menu (:mod:`jaxremat.policies`): ``jax.checkpoint(layer, policy=..., prevent_cse=True)``
+is traced exactly as above, so an option's tape is what ``jax.vjp`` of the policy-applied
+layer keeps and its pullback reads, its backward cost and transients include the
+recomputation the policy implies (the pullback recomputes what was not saved), and its
+tape-only forward computes only the saved values. Its forward is the layer's forward.
+Options whose tapes are identical (counted residuals of the same shapes and dtypes, the same
+output flag, and the same flops and transients) merge, keeping the first name; an option no smaller and no faster than the whole tape, or no better
+than another option in any field, is dropped as dominated; a policy that fails on a layer (JAX rejects it) is dropped from that layer's
+menu, with the reason kept in :attr:`LayerProfile.dropped`.
+
 Everything except measured timing works from shapes alone (``jax.ShapeDtypeStruct``), so a
 sequence can be profiled while an outer ``jax.jit`` / ``jax.grad`` / ``jax.vmap`` traces it.
 """
@@ -87,15 +99,18 @@ from typing import Any, Callable, Sequence
 import jax
 
 from solver import Chain
+from solver.chain.options import LayerOptions
 
 from .costs import lowered_costs
-from .trace import tape_forward, trace_layer, transients
+from .policies import PolicyOption, check_policies, layer_menu, marked_names
+from .trace import TracedLayer, tape_forward, tape_signature, trace_layer, transients
 from .trees import abstractify, check_layers, check_params, signature, tree_bytes
 
 __all__ = [
     "PEAK_FLOPS",
     "PEAK_BANDWIDTH",
     "LayerProfile",
+    "OptionProfile",
     "Profile",
     "profile_layers",
     "profile_sequence",
@@ -118,6 +133,34 @@ def roofline_time(flops: float, bytes_accessed: float) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
+class OptionProfile:
+    """One option k >= 1 of a layer: its tape kept under a ``jax.checkpoint`` policy.
+
+    Attributes:
+      name: the option's name (``"dots"``, ``"names:attn_out"``, a callable's ``__name__``).
+      policy: the policy, applied as ``jax.checkpoint(layer, policy=policy,
+        prevent_cse=True)``.
+      tape_bytes, fwd_tmp, bwd_tmp, fwd_time, fwd_tape_time, bwd_time, output_in_tape:
+        as for :class:`LayerProfile`, with the policy applied (``bwd_time`` and ``bwd_tmp``
+        include the recomputation).
+      fwd_tape_flops, bwd_flops: ``cost_analysis()`` flops of the tape-only forward and of
+        the backward.
+    """
+
+    name: str
+    policy: Any
+    tape_bytes: int
+    fwd_tmp: int
+    bwd_tmp: int
+    fwd_time: float
+    fwd_tape_time: float
+    bwd_time: float
+    fwd_tape_flops: float
+    bwd_flops: float
+    output_in_tape: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class LayerProfile:
     """What the profiler found for one layer (bytes and seconds).
 
@@ -132,6 +175,9 @@ class LayerProfile:
       output_in_tape: whether the backward reads the layer's output (module docstring).
       fwd_tape_time, fwd_tape_flops: the same for the forward that builds only the tape
         (module docstring); ``fwd_tape_time <= fwd_time``.
+      options: the layer's options k = 1, 2, ... (:class:`OptionProfile`), after merging.
+      dropped: ``(option name, reason)`` for each option left off the layer's menu: JAX
+        rejected its policy, its tape equals another option's, or the whole tape dominates it.
     """
 
     index: int
@@ -147,6 +193,13 @@ class LayerProfile:
     output_in_tape: bool = True
     fwd_tape_time: float | None = None
     fwd_tape_flops: float | None = None
+    options: tuple[OptionProfile, ...] = ()
+    dropped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        """The names of options 0 (``"everything"``, the whole tape), 1, 2, ..."""
+        return ("everything",) + tuple(o.name for o in self.options)
 
     def __post_init__(self) -> None:
         if self.fwd_tape_time is None:  # built by hand: the whole forward
@@ -171,10 +224,9 @@ def _flops_and_bytes(fn: Callable, *args: Any) -> tuple[float, float]:
     return analysis["flops"], analysis.get("bytes accessed", 0.0)
 
 
-def _profile_one(
-    layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool
-) -> tuple[LayerProfile, Any]:
-    traced = trace_layer(layer, p, x, index, input_grad=input_grad)
+def _measure(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str,
+             repeats: int) -> dict[str, Any]:
+    """Times, flops and transients of one traced layer (module docstring)."""
     fwd_flops, fwd_bytes = _flops_and_bytes(layer, p, x)
     tape_flops, tape_bytes = _flops_and_bytes(tape_forward(traced), p, x)
     bwd_flops, bwd_bytes = _flops_and_bytes(traced.pullback, list(traced.residuals), traced.cotangent)
@@ -201,23 +253,109 @@ def _profile_one(
         fwd_time = roofline_time(fwd_flops, fwd_bytes)
         bwd_time = roofline_time(bwd_flops, bwd_bytes)
         tape_time = roofline_time(tape_flops, tape_bytes)
-    profile = LayerProfile(
-        index=index,
-        input_bytes=tree_bytes(x),
-        output_bytes=tree_bytes(traced.output),
-        tape_bytes=traced.tape_bytes,
-        fwd_tmp=fwd_tmp,
-        bwd_tmp=bwd_tmp,
-        fwd_time=fwd_time,
-        bwd_time=bwd_time,
-        fwd_flops=fwd_flops,
-        bwd_flops=bwd_flops,
+    return dict(
+        tape_bytes=traced.tape_bytes, fwd_tmp=fwd_tmp, bwd_tmp=bwd_tmp, fwd_time=fwd_time,
+        bwd_time=bwd_time, fwd_flops=fwd_flops, bwd_flops=bwd_flops,
         output_in_tape=traced.output_in_tape,
         # a part of the forward's work; timing noise or XLA's counts must not make it dearer
-        fwd_tape_time=min(tape_time, fwd_time),
-        fwd_tape_flops=min(tape_flops, fwd_flops),
+        fwd_tape_time=min(tape_time, fwd_time), fwd_tape_flops=min(tape_flops, fwd_flops),
     )
+
+
+def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyOption,
+                    base: LayerProfile, costs: str, repeats: int,
+                    input_grad: bool) -> tuple[OptionProfile, tuple]:
+    """Profile ``layer`` under ``option``'s policy; also return its tape's signature."""
+    saved = jax.checkpoint(layer, policy=option.policy, prevent_cse=True)
+    traced = trace_layer(saved, p, x, index, input_grad=input_grad)
+    found = _measure(saved, p, x, traced, costs, repeats)
+    found = OptionProfile(
+        name=option.name, policy=option.policy, tape_bytes=found["tape_bytes"],
+        fwd_tmp=found["fwd_tmp"], bwd_tmp=found["bwd_tmp"], fwd_time=base.fwd_time,
+        fwd_tape_time=min(found["fwd_tape_time"], base.fwd_time),
+        bwd_time=max(found["bwd_time"], _backward_floor(base, found["bwd_flops"], costs)),
+        fwd_tape_flops=min(found["fwd_tape_flops"], base.fwd_flops),
+        bwd_flops=max(found["bwd_flops"], base.bwd_flops), output_in_tape=found["output_in_tape"],
+    )
+    # equal shapes alone do not make equal tapes (tanh(x @ w) vs x @ w): the costs must agree too
+    key = (tape_signature(traced), found.bwd_flops, found.fwd_tape_flops, found.fwd_tmp,
+           found.bwd_tmp)
+    return found, key
+
+
+def _backward_floor(base: LayerProfile, bwd_flops: float, costs: str) -> float:
+    """The least backward time an option may have: the whole tape's backward, and with
+    measured costs that time scaled by the option's flops (its backward is the whole tape's
+    plus recomputation; timed on a busy CPU it often measures no dearer, and the plan would
+    take the smaller tape for free)."""
+    if costs != "measured" or base.bwd_flops <= 0:
+        return base.bwd_time
+    return base.bwd_time * max(1.0, bwd_flops / base.bwd_flops)
+
+
+def _layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: TracedLayer,
+                   menu: tuple, costs: str, repeats: int,
+                   input_grad: bool) -> tuple[tuple[OptionProfile, ...], tuple]:
+    """The layer's options k >= 1 after merging, and ``(name, reason)`` of those dropped."""
+    options: list[OptionProfile] = []
+    dropped: list[tuple[str, str]] = []
+    seen = {(tape_signature(traced), base.bwd_flops, base.fwd_tape_flops, base.fwd_tmp,
+             base.bwd_tmp): "everything"}
+    for option in layer_menu(menu, marked_names(layer, p, x))[1:]:
+        try:
+            found, key = _profile_option(layer, p, x, base.index, option, base, costs, repeats,
+                                         input_grad)
+        except Exception as error:  # noqa: BLE001 - JAX rejected the policy on this layer
+            cause = error.__cause__ or error  # trace_layer names the layer; the plan does
+            dropped.append((option.name, f"rejected: {type(cause).__name__}: {cause}"[:300]))
+            continue
+        if key in seen:
+            dropped.append((option.name, f"same tape as {seen[key]!r}"))
+        elif found.tape_bytes >= base.tape_bytes and found.bwd_time >= base.bwd_time:
+            dropped.append((option.name, "no smaller and no faster than the whole tape"))
+        else:
+            seen[key] = option.name
+            options.append(found)
+    kept = [o for o in options if not any(_dominates(other, o) for other in options)]
+    dropped += [(o.name, "dominated by " + repr(next(d.name for d in options if _dominates(d, o))))
+                for o in options if o not in kept]
+    return tuple(kept), tuple(dropped)
+
+
+def _dominates(a: OptionProfile, b: OptionProfile) -> bool:
+    """Whether option ``a`` is no worse than ``b`` in every field of the chain and better in
+    one (then no plan needs ``b``)."""
+    fields = ("tape_bytes", "fwd_tape_time", "bwd_time", "fwd_tmp", "bwd_tmp")
+    no_worse = all(getattr(a, f) <= getattr(b, f) for f in fields)
+    return (no_worse and a.output_in_tape == b.output_in_tape
+            and any(getattr(a, f) < getattr(b, f) for f in fields))
+
+
+def _profile_one(
+    layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool,
+    menu: tuple = (),
+) -> tuple[LayerProfile, Any]:
+    traced = trace_layer(layer, p, x, index, input_grad=input_grad)
+    profile = LayerProfile(index=index, input_bytes=tree_bytes(x),
+                           output_bytes=tree_bytes(traced.output),
+                           **_measure(layer, p, x, traced, costs, repeats))
+    if menu:
+        options, dropped = _layer_options(layer, p, x, profile, traced, menu, costs, repeats,
+                                          input_grad)
+        profile = dataclasses.replace(profile, options=options, dropped=dropped)
     return profile, traced.output
+
+
+def with_options(chain: Chain, profiles: Sequence[LayerProfile]) -> Chain:
+    """``chain`` with the layers' options (``Chain.options``); unchanged when none has any."""
+    if not any(p.options for p in profiles):
+        return chain
+
+    extra = [[dict(xbar_size=o.tape_bytes, fwd_time=o.fwd_time, fwd_tape_time=o.fwd_tape_time,
+                   bwd_time=o.bwd_time, fwd_tmp=o.fwd_tmp, bwd_tmp=o.bwd_tmp,
+                   output_in_tape=o.output_in_tape, name=o.name) for o in p.options]
+             for p in profiles]
+    return chain.with_options(LayerOptions.from_columns(chain, extra))
 
 
 def profile_sequence(
@@ -229,6 +367,7 @@ def profile_sequence(
     progress: bool | None = None,
     repeats: int = 7,
     input_grad: bool = True,
+    policies: Any = None,
 ) -> Profile:
     """Profile ``layers`` on ``params`` and ``x`` into a :class:`Profile` (module docstring).
 
@@ -246,6 +385,10 @@ def profile_sequence(
       input_grad: whether the gradient of ``x`` is needed. When it is not (``jax.grad``
         with respect to the parameters only), the first layer's backward computes no
         ``g[0]``, and its tape and transients are profiled that way.
+      policies: the menu of checkpoint policies each layer may also be saved with
+        (:mod:`jaxremat.policies`): ``None`` for the default menu (``"dots"``,
+        ``"dots_no_batch"``, ``"names"``), a sequence of names and callables, or ``()`` for
+        the whole tape only (no options).
 
     Layers that are the same function object on the same shapes are profiled once.
     """
@@ -253,6 +396,7 @@ def profile_sequence(
     params = check_params(params, len(layers))
     if costs not in COSTS:
         raise ValueError(f"costs must be one of {COSTS}, got {costs!r}.")
+    menu = check_policies(policies)
     abstract_params = [abstractify(p, f"params[{i}]") for i, p in enumerate(params)]
     current = abstractify(x, "the sequence input x")
     if progress is None:
@@ -272,7 +416,7 @@ def profile_sequence(
             found = dataclasses.replace(found, index=i)
         else:
             found, output = _profile_one(layers[i], abstract_params[i], current, i, costs,
-                                         repeats, needs_input_grad)
+                                         repeats, needs_input_grad, menu)
             memo[key] = (found, output)
         profiles.append(found)
         current = output
@@ -286,7 +430,7 @@ def profile_sequence(
         output_in_tape=[p.output_in_tape for p in profiles],
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
     )
-    return Profile(chain=chain, layers=tuple(profiles), costs=costs)
+    return Profile(chain=with_options(chain, profiles), layers=tuple(profiles), costs=costs)
 
 
 def profile_layers(
@@ -297,6 +441,7 @@ def profile_layers(
     costs: str = "static",
     progress: bool | None = None,
     input_grad: bool = True,
+    policies: Any = None,
 ) -> Chain:
     """Rotor's chain (``solver.Chain``, sizes in bytes, times in seconds) of a layer sequence.
 
@@ -310,5 +455,6 @@ def profile_layers(
         layer cannot be traced on its input (the message names the layer).
     """
     return profile_sequence(
-        layers, params, x, costs=costs, progress=progress, input_grad=input_grad
+        layers, params, x, costs=costs, progress=progress, input_grad=input_grad,
+        policies=policies,
     ).chain

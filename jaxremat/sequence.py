@@ -42,6 +42,7 @@ import solver
 from .apply import BACKENDS, apply_plan
 from .budget import check_budget
 from .plan import Plan, check_settings, solve_plan
+from .policies import check_policies
 from .profile import profile_sequence
 from .trace_state import is_differentiated, vmap_batch_size
 from .trees import abstractify, check_layers, check_params, leaf_shapes, signature
@@ -68,8 +69,10 @@ class RematSequence:
         backend: str = "checkpoint",
         costs: str = "static",
         slots: int = 500,
+        policies: Any = None,
     ) -> None:
         self._layers = check_layers(layers)
+        self._policies = check_policies(policies)
         self._budget = check_budget(budget)
         check_settings(method, costs, slots)
         if backend not in BACKENDS:
@@ -85,6 +88,8 @@ class RematSequence:
     backend = property(lambda self: self._backend, doc="How checkpoints are applied.")
     costs = property(lambda self: self._costs, doc="How layer costs are obtained.")
     slots = property(lambda self: self._slots, doc="Memory discretisation of the solver.")
+    policies = property(lambda self: self._policies,
+                        doc="The menu of checkpoint policies (jaxremat.policies).")
 
     def __len__(self) -> int:
         return len(self._layers)
@@ -105,7 +110,7 @@ class RematSequence:
         if plan is not None:
             return plan
         profile = profile_sequence(self._layers, abstract_params, abstract_x, costs=self._costs,
-                                   input_grad=input_grad)
+                                   input_grad=input_grad, policies=self._policies)
         self.profile_count += 1
         plan = solve_plan(profile, self._budget, method=self._method, slots=self._slots,
                           backend=self._backend, batch_size=batch, input_grad=input_grad,
@@ -142,7 +147,8 @@ class RematSequence:
                 UserWarning, stacklevel=2,
             )
             backend = "checkpoint"
-        return apply_plan(plan.schedule.plan, self._layers, params, x, backend=backend)
+        return apply_plan(plan.schedule.plan, self._layers, params, x, backend=backend,
+                          policies=plan.policies)
 
     @property
     def cached_plans(self) -> tuple[Plan, ...]:
@@ -162,6 +168,7 @@ def remat_sequence(
     backend: str = "checkpoint",
     costs: str = "static",
     slots: int = 500,
+    policies: Any = None,
 ) -> RematSequence:
     """A callable running ``layers`` under an activation-memory ``budget`` (module docstring).
 
@@ -180,6 +187,13 @@ def remat_sequence(
         alone: the least recomputed flops) or ``"measured"`` (timed on the device);
         :mod:`jaxremat.profile`.
       slots: memory discretisation of the dynamic program.
+      policies: the ``jax.checkpoint`` policies a layer may also be saved with, each an
+        option between keeping its whole tape and keeping only its input
+        (:mod:`jaxremat.policies`): ``None`` for the default menu (``"dots"``,
+        ``"dots_no_batch"``, and ``"names"``: ``save_only_these_names`` for the names a
+        layer marks with ``jax.ad_checkpoint.checkpoint_name``), a sequence of those names
+        and callable policies, or ``()`` for the whole tape only. The plan chooses per
+        layer and applies the choice as ``jax.checkpoint(layer, policy=...)``.
 
     Returns:
       A :class:`RematSequence`; call it as ``seq(params, x)`` with one parameter pytree per
@@ -187,6 +201,7 @@ def remat_sequence(
 
     Raises:
       ValueError / TypeError: non-callable layers, a bad budget (zero, negative, NaN,
-        unparsable), or an unknown method, backend or costs.
+        unparsable), or an unknown method, backend, costs or policy name.
     """
-    return RematSequence(layers, budget, method=method, backend=backend, costs=costs, slots=slots)
+    return RematSequence(layers, budget, method=method, backend=backend, costs=costs, slots=slots,
+                         policies=policies)

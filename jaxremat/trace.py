@@ -24,7 +24,7 @@ from .jax_compat import dce_jaxpr
 from .meter import aval_nbytes, inputs_read, program_memory
 from .trees import cotangent_struct, tree_bytes
 
-__all__ = ["TracedLayer", "trace_layer", "tape_forward", "transients"]
+__all__ = ["TracedLayer", "trace_layer", "tape_forward", "tape_signature", "transients"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,21 +71,36 @@ def _layer_error(index: int, x: Any, error: Exception) -> Exception:
     return kind(message)
 
 
+def _counted_residuals(forward: ClosedJaxpr, num_outputs: int, used: Sequence[bool]) -> list[Any]:
+    """The residual variables counted in the tape: read by the pullback, not a literal, a
+    parameter, the input, a constant or an output, each once."""
+    jaxpr = forward.jaxpr
+    outside = set(jaxpr.invars) | set(jaxpr.constvars)
+    outputs = {v for v in jaxpr.outvars[:num_outputs] if not isinstance(v, Literal)}
+    counted: list[Any] = []
+    for v, read in zip(jaxpr.outvars[num_outputs:], used):
+        if not read or isinstance(v, Literal) or v in outside or v in outputs or v in counted:
+            continue
+        counted.append(v)
+    return counted
+
+
 def _tape_bytes(forward: ClosedJaxpr, num_outputs: int, output_bytes: int,
                 used: Sequence[bool]) -> int:
     """Bytes of the residuals the pullback reads, minus params/input/constants, plus the
     output. ``used[k]``: the pullback reads residual ``k``."""
-    jaxpr = forward.jaxpr
-    outside = set(jaxpr.invars) | set(jaxpr.constvars)
-    outputs = {v for v in jaxpr.outvars[:num_outputs] if not isinstance(v, Literal)}
-    seen: set[Any] = set()
-    total = 0
-    for v, read in zip(jaxpr.outvars[num_outputs:], used):
-        if not read or isinstance(v, Literal) or v in outside or v in outputs or v in seen:
-            continue
-        seen.add(v)
-        total += aval_nbytes(v.aval)
-    return total + output_bytes
+    counted = _counted_residuals(forward, num_outputs, used)
+    return sum(aval_nbytes(v.aval) for v in counted) + output_bytes
+
+
+def tape_signature(traced: "TracedLayer") -> tuple:
+    """What identifies a layer's tape across traces: the shapes and dtypes of its counted
+    residuals (sorted) and whether it holds the output. Two policies with equal signatures
+    keep the same values (:mod:`jaxremat.policies`)."""
+    counted = _counted_residuals(traced.forward, len(jax.tree.leaves(traced.output)),
+                                 traced.residual_used)
+    shapes = sorted((tuple(v.aval.shape), str(v.aval.dtype)) for v in counted)
+    return tuple(shapes), traced.output_in_tape
 
 
 def _reads_output(forward: ClosedJaxpr, num_outputs: int, used: Sequence[bool]) -> bool:

@@ -15,6 +15,7 @@ from .chain import (
     Checkpoint,
     ExhaustiveResult,
     Layer,
+    LayerOptions,
     MemoryState,
     Op,
     OpKind,
@@ -39,6 +40,7 @@ from .chain import (
     simulate,
     transformer_like,
     validate_plan,
+    with_random_options,
 )
 from .checkpoint_set import CheckpointSet
 from .errors import InfeasibleBudget, format_bytes

@@ -75,6 +75,9 @@ def solve(
       time_limit: seconds HiGHS may spend for ``"ilp"`` (ignored otherwise); past it the
         best schedule found is returned and its ``method`` says it is not proven optimal.
 
+    With per-layer options (``Chain.options``), ``"rotor"`` picks the best option for every
+    ``Layer`` of its plan; the baselines run option 0 (the whole tape).
+
     For ``"rotor"`` the DP's schedule (or, if rounding makes the DP infeasible although the
     budget suffices, the exact minimum-peak schedule) is compared with every baseline that
     fits, and the fastest is returned (ties: lower peak, then Rotor), so Rotor is never worse
@@ -88,6 +91,8 @@ def solve(
         that works.
       ValueError: invalid ``budget``, ``slots`` or ``method``, or ``"ilp"`` on a chain with
         tapes or temporaries.
+      NotImplementedError: ``"ilp"`` on a chain whose layers offer several options
+        (``Chain.options``); ``"rotor"`` chooses among them, the baselines use option 0.
       RuntimeError: ``"ilp"`` found no schedule within ``time_limit``.
     """
     budget = _check_arguments(chain, budget, method, slots)

@@ -34,19 +34,21 @@ UNIT = Chain.homogeneous(3, fwd_time=1.0, bwd_time=1.0, x_size=1.0)
 
 
 def unpruned_optimum(chain: Chain, budget: float) -> float:
-    """Dijkstra over every state, every op and every drop (x[0] and gradients included),
-    with no reduction and no heuristic: the definition of the optimum, slow but plain."""
+    """Dijkstra over every state, every op (F_all with each option the layer offers) and
+    every drop (x[0] and gradients included), with no reduction and no heuristic: the
+    definition of the optimum, slow but plain."""
     start = initial_state(chain)
     if start.memory > budget:
         return INF
     L = chain.length
     moves = [(kind, i) for kind in (OpKind.F_ALL, OpKind.F_CK, OpKind.F_NONE, OpKind.B)
              for i in range(L)] + [(OpKind.LOSS, L)]
+    moves += [(OpKind.F_ALL, i, k) for i in range(L) for k in range(1, chain.num_options[i])]
     best, counter = {}, itertools.count()
     heap = [(0.0, next(counter), start)]
     while heap:
         cost, _, state = heapq.heappop(heap)
-        key = (state.x, state.tape, state.g)
+        key = (state.x, state.tape, state.g, state.tape_options)
         if key in best:
             continue
         best[key] = cost

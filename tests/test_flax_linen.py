@@ -125,7 +125,9 @@ def test_the_schedule_is_applied(x, variables, budget):
 
     jaxpr = jax.make_jaxpr(jax.grad(loss))(variables["params"])
     expected = sum(plan.forward_counts[:DEPTH])
-    assert count_primitive(jaxpr, "tanh") == expected
+    # a tape stored under a checkpoint policy (dots) recomputes its tanh in the backward
+    policies = sum(option != "everything" for option in plan.options[:DEPTH])
+    assert count_primitive(jaxpr, "tanh") == expected + policies
     assert (expected > DEPTH) == (budget == "40%")
 
 

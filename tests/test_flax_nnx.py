@@ -162,7 +162,9 @@ def test_the_schedule_is_applied(x, budget):
 
     jaxpr = jax.make_jaxpr(grads)(state, x)
     expected = sum(plan.forward_counts[:DEPTH])
-    assert count_primitive(jaxpr, "tanh") == expected
+    # a tape stored under a checkpoint policy (dots) recomputes its tanh in the backward
+    policies = sum(option != "everything" for option in plan.options[:DEPTH])
+    assert count_primitive(jaxpr, "tanh") == expected + policies
     if budget == "100%":
         assert expected == DEPTH
 

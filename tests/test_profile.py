@@ -392,7 +392,8 @@ def test_simulated_flops_equal_the_jaxpr_count_of_every_plan(name, layers, param
     at 1.19 of its measured flops."""
     from jaxremat.costs import jaxpr_costs
 
-    profile = profile_sequence(layers, params, x, input_grad=False)  # grad of params only
+    # grad of params only; one option per layer (tests/test_policies.py covers options)
+    profile = profile_sequence(layers, params, x, input_grad=False, policies=())
     flops = dataclasses.replace(
         profile.chain, fwd_time=[p.fwd_flops for p in profile.layers],
         bwd_time=[p.bwd_flops for p in profile.layers],

@@ -26,7 +26,7 @@ from hypothesis import given, settings, strategies as st
 from solver import Chain, Checkpoint, InfeasibleBudget, Layer, make_schedule, simulate
 from solver.chain.rotor import RotorTable, min_peak_schedule, plan_from_decisions, rotor_min_budget
 
-from plans import plans
+from plans import check_exact
 from tiers import sweep
 
 INF = math.inf
@@ -311,21 +311,7 @@ def test_flagged_chains_match_reference_at_every_budget(chain):
 def test_flagged_dp_is_exact_over_every_plan(chain):
     """At every integer budget the DP's time is the least flagged simulated time of the plans
     that fit, and its minimum budget is the least flagged simulated peak of any plan."""
-    costs = [(s.time, s.peak) for s in (make_schedule(chain, p) for p in plans(0, chain.length))]
-    least = min(peak for _, peak in costs)
-    assert rotor_min_budget(chain) == least
-    assert min_peak_schedule(chain).peak == least
-    top = int(no_remat_peak(chain)) + 1
-    table = RotorTable(chain, top, slots=top)
-    assert table.exact and table.min_budget == least
-    for budget in range(1, int(least)):
-        with pytest.raises(InfeasibleBudget):
-            table.schedule(budget)
-    for budget in range(max(1, int(least)), top + 1):
-        schedule = table.schedule(budget)
-        assert schedule.peak <= budget
-        assert schedule.time == min(time for time, peak in costs if peak <= budget)
-        assert table.predicted_time(budget) == schedule.time
+    check_exact(chain)
 
 
 def test_output_outside_the_tape_lowers_the_backward():

@@ -34,6 +34,7 @@ import solver
 
 from ..budget import check_budget
 from ..plan import Plan, check_settings
+from ..policies import check_policies
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
 from . import model_scope
@@ -53,6 +54,7 @@ def remat_blocks(
     slots: int = 500,
     costs: str = "static",
     name: str = "run_blocks",
+    policies: Any = None,
 ) -> Callable[[type], type]:
     """Class decorator adding ``self.<name>(*args)``, which runs ``self.<attribute>`` (a
     list of modules, e.g. an ``nnx.List`` of transformer blocks) in sequence under the
@@ -75,7 +77,8 @@ def remat_blocks(
         measured with (labels do not change memory: a cross-entropy against zeros measures
         what one against real labels does); default: the sum of the outputs. Or measure
         the exact step once with ``model.fit_<attribute>(loss_fn, *batch)``.
-      method, slots, costs: as for :class:`RematSequential`.
+      method, slots, costs, policies: as for :class:`RematSequential` (``policies``: the
+        menu of ``jax.checkpoint`` policies a block may be saved with, :mod:`jaxremat.policies`).
       name: the name of the added method (default ``run_blocks``); also adds
         ``plan_<attribute>(*args)`` returning the :class:`jaxremat.Plan` (``args``: the
         model's arguments with ``scope="model"``, the blocks' input with ``"blocks"``; the
@@ -96,7 +99,7 @@ def remat_blocks(
                          f"training step or the blocks alone), got {scope!r}.")
     if loss is not None and not callable(loss):
         raise TypeError(f"loss must be a function of the model's outputs, got {loss!r}.")
-    settings = dict(method=method, slots=slots, costs=costs)
+    settings = dict(method=method, slots=slots, costs=costs, policies=check_policies(policies))
     step_loss = model_scope.summed if loss is None else loss
     step_words = ("the model's call and the sum of its outputs as the loss" if loss is None
                   else f"the model's call and {getattr(loss, '__name__', 'loss')}(outputs)")

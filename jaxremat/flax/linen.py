@@ -43,6 +43,7 @@ import jax
 
 from ..apply import apply_plan
 from ..plan import Plan, check_settings
+from ..policies import check_policies
 from ..budget import check_budget
 from .nnx import call_with_convention, plan_pure_layers, shared_function
 
@@ -90,6 +91,11 @@ def _segment_transform(body: Callable) -> Callable:
     return segment
 
 
+def _option_transform(layer: Callable, policy: Any) -> Callable:
+    """A layer saved under a checkpoint policy as Linen's lifted ``nn.remat`` over the owner."""
+    return nn.remat(layer, policy=policy, prevent_cse=True)
+
+
 class RematSequential(nn.Module):
     """``nn.Sequential`` that rematerializes optimally under an activation-memory budget.
 
@@ -101,6 +107,8 @@ class RematSequential(nn.Module):
         ``"sqrt"``, ``"revolve"``).
       slots: memory discretisation of the dynamic program.
       costs: ``"static"`` (roofline from shapes) or ``"measured"`` (timed on the device).
+      policies: the menu of ``jax.checkpoint`` policies a layer may be saved with, as for
+        :func:`jaxremat.remat_sequence` (``None``: the default menu; ``()``: none).
 
     ``model.apply(variables, x, method="plan")`` returns the :class:`jaxremat.Plan` that a
     call on ``x`` uses (``print`` it for the per-layer decisions).
@@ -111,6 +119,7 @@ class RematSequential(nn.Module):
     method: str = "rotor"
     slots: int = 500
     costs: str = "static"
+    policies: Any = None
 
     def __post_init__(self) -> None:
         # Check the settings when the module is built, not at its first apply.
@@ -124,6 +133,7 @@ class RematSequential(nn.Module):
                 )
         check_budget(self.budget)
         check_settings(self.method, self.costs, self.slots)
+        check_policies(self.policies)
         super().__post_init__()
 
     def _pure_layers(self) -> tuple[tuple, tuple, list]:
@@ -162,7 +172,7 @@ class RematSequential(nn.Module):
         activation = tuple(args)  # the first layer is called f(*args), as Sequential does
         return plan_pure_layers(keys, fns, variables, activation, budget=self.budget,
                                 method=self.method, slots=self.slots, costs=self.costs,
-                                backend="nn.remat")
+                                backend="nn.remat", policies=self.policies)
 
     def __call__(self, *args: Any) -> Any:
         """Run the layers on ``args`` under the budget (plainly while initializing)."""
@@ -175,6 +185,7 @@ class RematSequential(nn.Module):
         fns = [functools.partial(_layer_call, i) for i in range(len(self.layers))]
         owners = [self] * len(self.layers)
         return apply_plan(plan.schedule.plan, fns, owners, activation,
-                          transform=_segment_transform)
+                          transform=_segment_transform, policies=plan.policies,
+                          option_transform=_option_transform)
 
 

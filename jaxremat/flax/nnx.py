@@ -58,6 +58,7 @@ from flax import nnx
 from ..apply import apply_plan
 from ..budget import check_budget
 from ..plan import Plan, check_settings, solve_plan
+from ..policies import check_policies
 from ..profile import Profile, profile_sequence
 from ..trace_state import is_differentiated, vmap_batch_size
 from ..trees import abstractify, leaf_shapes, signature
@@ -132,6 +133,7 @@ def plan_pure_layers(
     slots: int,
     costs: str,
     backend: str,
+    policies: Any = None,
 ) -> Plan:
     """Profile pure layers ``fns[i](params[i], x)`` and solve them under ``budget``.
 
@@ -150,7 +152,8 @@ def plan_pure_layers(
     input_grad = is_differentiated(activation)
     abstract_params = [abstractify(p, f"the state of layer {i}") for i, p in enumerate(params)]
     abstract_x = abstractify(activation, "the sequence input")
-    profile_key = (keys, signature(abstract_params), signature(abstract_x), costs, input_grad)
+    menu = check_policies(policies)
+    profile_key = (keys, signature(abstract_params), signature(abstract_x), costs, input_grad, menu)
     plan_key = (profile_key, batch, budget, method, slots)
     plan = _plans.get(plan_key)
     if plan is not None:
@@ -158,7 +161,7 @@ def plan_pure_layers(
     profile = _profiles.get(profile_key)
     if profile is None:
         profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs,
-                                   input_grad=input_grad)
+                                   input_grad=input_grad, policies=menu)
         _remember(_profiles, profile_key, profile)
     plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend,
                       batch_size=batch, input_grad=input_grad,
@@ -173,6 +176,7 @@ def plan_modules(
     method: str = "rotor",
     slots: int = 500,
     costs: str = "static",
+    policies: Any = None,
 ) -> Plan:
     """The :class:`jaxremat.Plan` for running ``layers`` on ``args`` under ``budget``.
 
@@ -186,7 +190,7 @@ def plan_modules(
     activation = tuple(args)  # the first layer is called f(*args), as Sequential does
     keys, fns, states = zip(*(_pure(layer) for layer in layers))
     return plan_pure_layers(keys, fns, states, activation, budget=budget, method=method,
-                            slots=slots, costs=costs, backend="nnx.remat")
+                            slots=slots, costs=costs, backend="nnx.remat", policies=policies)
 
 
 def _segment_transform(body: Callable) -> Callable:
@@ -198,6 +202,11 @@ def _segment_transform(body: Callable) -> Callable:
     return nnx.remat(segment, prevent_cse=True)
 
 
+def _option_transform(layer: Callable, policy: Any) -> Callable:
+    """A layer saved under a checkpoint policy as Flax's lifted ``nnx.remat``."""
+    return nnx.remat(layer, policy=policy, prevent_cse=True)
+
+
 def run_modules(
     layers: Sequence[Any],
     *args: Any,
@@ -205,6 +214,7 @@ def run_modules(
     method: str = "rotor",
     slots: int = 500,
     costs: str = "static",
+    policies: Any = None,
 ) -> Any:
     """Run ``layers`` in sequence on ``args`` with the rematerialization plan of
     :func:`plan_modules`, applied with nested ``nnx.remat``.
@@ -212,14 +222,16 @@ def run_modules(
     The result, its gradients (``nnx.grad``/``nnx.value_and_grad``) and the state updates of
     the modules (batch statistics, RNG counters) equal those of running the layers plainly.
     """
-    plan = plan_modules(layers, *args, budget=budget, method=method, slots=slots, costs=costs)
+    plan = plan_modules(layers, *args, budget=budget, method=method, slots=slots, costs=costs,
+                        policies=policies)
     activation = tuple(args)  # the first layer is called f(*args), as Sequential does
     # apply_plan calls fns[i](params[i], x): for a module, params[i] is the module itself
     # (nnx.remat lifts it and propagates its state updates); a plain callable has None.
     modules = [layer if isinstance(layer, nnx.Module) else None for layer in layers]
     fns = [call_with_convention if isinstance(layer, nnx.Module) else functools.partial(
         _stateless_call, layer) for layer in layers]
-    return apply_plan(plan.schedule.plan, fns, modules, activation, transform=_segment_transform)
+    return apply_plan(plan.schedule.plan, fns, modules, activation, transform=_segment_transform,
+                      policies=plan.policies, option_transform=_option_transform)
 
 
 class RematSequential(nnx.Sequential):
@@ -234,6 +246,8 @@ class RematSequential(nnx.Sequential):
         ``"sqrt"``, ``"revolve"``).
       slots: memory discretisation of the dynamic program.
       costs: ``"static"`` (roofline from shapes) or ``"measured"`` (timed on the device).
+      policies: the menu of ``jax.checkpoint`` policies a layer may be saved with, as for
+        :func:`jaxremat.remat_sequence` (``None``: the default menu; ``()``: none).
 
     ``model.plan(x)`` returns the :class:`jaxremat.Plan` a call on ``x`` uses;
     ``print(model.plan(x))`` shows the per-layer decisions.
@@ -246,9 +260,11 @@ class RematSequential(nnx.Sequential):
         method: str = "rotor",
         slots: int = 500,
         costs: str = "static",
+        policies: Any = None,
     ) -> None:
         check_budget(budget)
         check_settings(method, costs, slots)
+        policies = check_policies(policies)
         for i, layer in enumerate(layers):
             if not callable(layer):
                 raise TypeError(
@@ -260,9 +276,11 @@ class RematSequential(nnx.Sequential):
         self.method = method
         self.slots = slots
         self.costs = costs
+        self.policies = policies
 
     def _settings(self) -> dict[str, Any]:
-        return dict(budget=self.budget, method=self.method, slots=self.slots, costs=self.costs)
+        return dict(budget=self.budget, method=self.method, slots=self.slots, costs=self.costs,
+                    policies=self.policies)
 
     def plan(self, *args: Any) -> Plan:
         """The :class:`jaxremat.Plan` for a call on ``args`` (cached)."""

@@ -2,7 +2,8 @@
 
 Rotor's cost model (Beaumont et al., arXiv:1911.13214): per layer the sizes of its output,
 tape and temporaries and the times of its forward and backward. Here are the chain itself,
-schedules (op sequences and nested plans) and the simulator that costs them, Rotor's dynamic
+schedules (op sequences and nested plans), per-layer options (Rockmate's multi-option
+layers) and the simulator that costs them, Rotor's dynamic
 program and its numba kernels, the baselines (sqrt, revolve, ...), the exhaustive oracle for
 tiny chains, min-peak checkpoint selection (Hong et al.) and chain generators.
 """
@@ -10,8 +11,9 @@ tiny chains, min-peak checkpoint selection (Hong et al.) and chain generators.
 from .baselines import BASELINE_METHODS, baseline_schedule
 from .chain import Chain
 from .exhaustive import ExhaustiveResult, exhaustive_optimum, exhaustive_search
-from .generators import random_chain, resnet_like, transformer_like
+from .generators import random_chain, resnet_like, transformer_like, with_random_options
 from .min_peak import min_peak_chain
+from .options import LayerOptions
 from .rotor import RotorTable, min_peak_schedule, rotor_min_budget
 from .schedule import (
     Checkpoint,
@@ -47,6 +49,7 @@ __all__ = [
     "format_plan",
     "initial_state",
     "Layer",
+    "LayerOptions",
     "make_schedule",
     "memory_trace",
     "MemoryState",
@@ -64,4 +67,5 @@ __all__ = [
     "simulate",
     "transformer_like",
     "validate_plan",
+    "with_random_options",
 ]

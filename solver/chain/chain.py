@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import float_array
+from .options import LayerOptions
 
 __all__ = ["Chain"]
 
@@ -87,6 +88,10 @@ class Chain:
         output is dead code unless it is a residual): a residual block's last matmul is
         skipped. Profiled from the forward of ``jax.vjp`` cut down to the residuals the
         pullback reads (:mod:`jaxremat.profile`).
+      options: ``None`` (each layer's one "save" mode is its whole tape) or a
+        :class:`~solver.chain.options.LayerOptions`: layer ``i`` offers ``K_i`` ways to run
+        ``F_all(i)``, option 0 being the fields above (Rockmate's multi-option layers,
+        ALGORITHMS.md section 2). :meth:`with_options` adds them.
 
     The float arrays are stored as read-only float64 numpy vectors, ``output_in_tape`` as
     a read-only bool vector. Invalid input raises ``ValueError`` naming the field and the
@@ -101,6 +106,7 @@ class Chain:
     bwd_tmp: np.ndarray | None = None
     output_in_tape: np.ndarray | None = None
     fwd_tape_time: np.ndarray | None = None
+    options: LayerOptions | None = None
 
     def __post_init__(self) -> None:
         fwd = float_array(self.fwd_time, "Chain.fwd_time (one entry per layer)")
@@ -146,6 +152,24 @@ class Chain:
                 f"{float(self.fwd_time[i])!r}: the tape-only forward does a part of the forward's work; "
                 f"pass at most fwd_time (or leave fwd_tape_time out)."
             )
+        if self.options is not None:
+            if not isinstance(self.options, LayerOptions):
+                raise ValueError(
+                    f"Chain.options must be a solver.chain.options.LayerOptions or None, got "
+                    f"{type(self.options).__name__}."
+                )
+            self.options.check_chain(self)
+
+    def with_options(self, options: LayerOptions | None) -> "Chain":
+        """This chain with per-layer options (``None``: none), checked against its fields."""
+        return dataclasses.replace(self, options=options)
+
+    @property
+    def num_options(self) -> np.ndarray:
+        """Number of options of each layer (all ones without options)."""
+        if self.options is None:
+            return np.ones(self.length, dtype=np.int64)
+        return self.options.counts
 
     @property
     def tape_size(self) -> np.ndarray:
@@ -164,7 +188,11 @@ class Chain:
     @property
     def is_integral(self) -> bool:
         """Whether every size is an integer (then the DP can run without rounding)."""
-        sizes = np.concatenate([self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp])
+        sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp]
+        if self.options is not None:
+            o = self.options
+            sizes += [o.xbar_size.ravel(), o.fwd_tmp.ravel(), o.bwd_tmp.ravel()]
+        sizes = np.concatenate(sizes)
         return bool(np.all(sizes == np.floor(sizes)))
 
     @classmethod
@@ -190,17 +218,20 @@ class Chain:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Chain):
             return NotImplemented
-        return all(
+        return self.options == other.options and all(
             np.array_equal(getattr(self, f.name), getattr(other, f.name))
-            for f in dataclasses.fields(self)
+            for f in dataclasses.fields(self) if f.name != "options"
         )
 
     def __hash__(self) -> int:
-        return hash(tuple(getattr(self, f.name).tobytes() for f in dataclasses.fields(self)))
+        return hash(tuple(getattr(self, f.name).tobytes() for f in dataclasses.fields(self)
+                          if f.name != "options") + (self.options,))
 
     def __repr__(self) -> str:
         return (
             f"Chain(length={self.length}, total_fwd={self.fwd_time.sum():.4g}, "
             f"total_bwd={self.bwd_time.sum():.4g}, max_x={self.x_size.max():.4g}, "
-            f"total_xbar={self.xbar_size.sum():.4g})"
+            f"total_xbar={self.xbar_size.sum():.4g}"
+            + ("" if self.options is None else f", options={self.num_options.tolist()}")
+            + ")"
         )

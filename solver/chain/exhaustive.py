@@ -14,6 +14,9 @@ The search is A* (Hart, Nilsson, Raphael 1968) with a consistent lower bound: ev
 still to be reversed needs its backward, and a forward for each tape it lacks (at least
 ``fwd_tape_time``, what ``F_all`` costs at best); before the loss, every layer above the
 highest available activation also needs a forward that computes its output (``fwd_time``).
+With options (:mod:`solver.chain.options`) ``F_all(i)`` is tried with each option the layer
+offers (the state records each stored tape's option) and the bound takes, per layer, the
+cheapest option (:meth:`_Search.lower_bound`).
 
 Three reductions keep the state space small without losing the optimum (each replaces a
 move by one that is never worse, so some optimal sequence survives):
@@ -41,8 +44,11 @@ import itertools
 import math
 from typing import Iterable, Iterator, Union
 
+import numpy as np
+
 from ..errors import check_real
 from .chain import Chain
+from .options import layer_costs
 from .schedule import Op, OpKind
 from .simulator import MemoryState, apply_op, drop, initial_state
 
@@ -70,7 +76,8 @@ class ExhaustiveResult:
     Attributes:
       time: its total time (the least over all sequences that fit the budget).
       peak: its peak memory, ``x[0]`` included.
-      steps: ops ``(OpKind, i)`` and early frees ``("drop", (name, k))``, in order.
+      steps: ops ``(OpKind, i)`` (``(OpKind.F_ALL, i, k)`` with option ``k >= 1``) and early
+        frees ``("drop", (name, k))``, in order.
     """
 
     time: float
@@ -122,26 +129,47 @@ class _Search:
 
     def __init__(self, chain: Chain, budget: float) -> None:
         self.chain, self.budget, self.L = chain, budget, chain.length
-        self.inside = chain.output_in_tape
-        self.fwd = chain.fwd_time.tolist()
-        self.tape_fwd = chain.fwd_tape_time.tolist()  # what any F_all(i) costs at least
-        self.bwd = chain.bwd_time.tolist()
-        self.bwd_below = list(itertools.accumulate(self.bwd, initial=0.0))  # sum bwd[:j]
+        self.inside = chain.output_in_tape if chain.options is None else chain.options.output_in_tape
+        self.options = [[k for k in range(len(counts)) if counts[k]] for counts in
+                        (np.ones((chain.length, 1), bool) if chain.options is None
+                         else chain.options.valid)]
+        costs = [[layer_costs(chain, i, k) for k in ks] for i, ks in enumerate(self.options)]
+        # Per layer, least time still owed (module docstring): a missing tape ``tb`` (the
+        # cheapest tape-only forward and backward), a stored one ``stored[k]`` (its backward,
+        # or dropping it and redoing ``tb``), and before the loss, above the highest
+        # available activation, ``pre`` (a forward computing the output, then the rest).
+        self.tb = [min(c.bwd_time + c.fwd_tape_time for c in row) for row in costs]
+        self.stored = [{k: min(c.bwd_time, tb) for k, c in zip(ks, row)}
+                       for ks, row, tb in zip(self.options, costs, self.tb)]
+        self.pre = [
+            min(float(chain.fwd_time[i]) + min(c.bwd_time for c in row),
+                min(c.fwd_time + self.stored[i][k] for k, c in zip(self.options[i], row)))
+            for i, row in enumerate(costs)
+        ]
 
     def live_gradient(self, state: MemoryState) -> int:
         """``j`` with ``g[j]`` stored (one lineage), or ``L + 1`` before the loss."""
         return state.g.bit_length() - 1 if state.g else self.L + 1
 
+    def _owed(self, state: MemoryState, i: int) -> float:
+        return self.stored[i][state.option(i)] if state.tape >> i & 1 else self.tb[i]
+
     def lower_bound(self, state: MemoryState) -> float:
-        """Time still needed from ``state`` at least (a consistent A* heuristic)."""
+        """Time still needed from ``state`` at least (a consistent A* heuristic).
+
+        After the loss, with ``g[j]`` live: the sum over ``i < j`` of what layer ``i`` still
+        owes (``stored`` or ``tb``). Before it, with ``x[top]`` the highest available
+        activation: ``min(owed, pre)`` for ``i < top`` and ``pre`` above. Without options
+        these are the backward, plus the tape-only forward for a missing tape, plus the
+        forward above ``top``. Each move lowers the bound by at most its time (a tape drop
+        or a lower ``top`` only raises it).
+        """
         j = self.live_gradient(state)
         if j <= self.L:
-            missing = (i for i in range(j) if not state.tape >> i & 1)
-            return self.bwd_below[j] + sum(self.tape_fwd[i] for i in missing)
+            return sum(self._owed(state, i) for i in range(j))
         top = max(k for k in range(self.L + 1) if state.has_x(k, self.inside))
-        missing = (i for i in range(top) if not state.tape >> i & 1)
-        return (self.bwd_below[self.L] + sum(self.fwd[top:])
-                + sum(self.tape_fwd[i] for i in missing))
+        return (sum(min(self._owed(state, i), self.pre[i]) for i in range(top))
+                + sum(self.pre[top:]))
 
     def clean(self, state: MemoryState) -> tuple[MemoryState, tuple[Step, ...]]:
         """Drop the values no remaining op reads (own ``x[k]``, ``tape[k]``, ``k >= j``)."""
@@ -163,6 +191,8 @@ class _Search:
         for i in range(min(L, j)):
             if state.has_x(i, self.inside):
                 yield (OpKind.F_ALL, i)
+                for k in self.options[i][1:]:
+                    yield (OpKind.F_ALL, i, k)
                 if i + 1 < j:
                     yield (OpKind.F_CK, i)
                     yield (OpKind.F_NONE, i)
@@ -190,7 +220,7 @@ class _Search:
         start = initial_state(self.chain)
         if start.memory > self.budget:
             return None
-        key = lambda s: (s.x, s.tape, s.g)  # noqa: E731 - memory follows from the bits
+        key = lambda s: (s.x, s.tape, s.g, s.tape_options)  # noqa: E731 - memory follows
         best = {key(start): 0.0}
         parent: dict[tuple, tuple[tuple, tuple[Step, ...]] | None] = {key(start): None}
         counter = itertools.count()

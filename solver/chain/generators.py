@@ -20,8 +20,9 @@ from typing import Sequence
 import numpy as np
 
 from .chain import Chain
+from .options import LayerOptions
 
-__all__ = ["resnet_like", "transformer_like", "random_chain"]
+__all__ = ["resnet_like", "transformer_like", "random_chain", "with_random_options"]
 
 
 class _Builder:
@@ -169,3 +170,37 @@ def random_chain(
     tape = np.floor(rng.random(length) * (fwd + 1)) if tape_forwards else None
     return Chain(fwd_time=fwd, bwd_time=bwd, x_size=x, xbar_size=xbar, fwd_tmp=ftmp,
                  bwd_tmp=btmp, fwd_tape_time=tape)
+
+
+def with_random_options(chain: Chain, seed: int, *, options: int = 4,
+                        varying: bool = False) -> Chain:
+    """``chain`` with random "save" options (:mod:`solver.chain.options`), for tests and
+    benchmarks; sizes and times stay integers when the chain's are.
+
+    Each layer gets ``options`` options (with ``varying``, a uniform ``1 .. options``), as a
+    checkpoint policy would give them: option ``k >= 1`` keeps the output plus a uniform
+    fraction of the rest of the whole tape, and its backward recomputes a uniform fraction
+    of the forward (``bwd_time + round(r * fwd_time)``); same ``fwd_time``, ``fwd_tape_time``
+    uniform in ``0..fwd_time``, ``fwd_tmp`` and ``bwd_tmp`` uniform in ``0..`` the layer's
+    own, ``output_in_tape`` a coin toss. Same ``seed``, same options.
+    """
+    if options < 1:
+        raise ValueError(f"A layer has at least one option, got options={options}.")
+    rng = np.random.default_rng(seed)
+    extra = []
+    for i in range(chain.length):
+        count = int(rng.integers(1, options + 1)) if varying else options
+        out, whole, fwd = chain.x_size[i + 1], chain.xbar_size[i], chain.fwd_time[i]
+        row = []
+        for _ in range(count - 1):
+            row.append(dict(
+                xbar_size=out + np.floor(rng.random() * (whole - out + 1)),
+                bwd_time=chain.bwd_time[i] + np.round(rng.random() * fwd),
+                fwd_time=fwd,
+                fwd_tape_time=np.floor(rng.random() * (fwd + 1)),
+                fwd_tmp=np.floor(rng.random() * (chain.fwd_tmp[i] + 1)),
+                bwd_tmp=np.floor(rng.random() * (chain.bwd_tmp[i] + 1)),
+                output_in_tape=bool(rng.integers(0, 2)),
+            ))
+        extra.append(row)
+    return chain.with_options(LayerOptions.from_columns(chain, extra))

@@ -44,6 +44,21 @@ a plan runs ``F_all(i)`` with ``g[i+1]`` stored, so the DP stays exact for the s
 DP prefer plans whose recomputed segments end on layers with a cheap tape (a residual
 block, whose last matmul JAX skips there) over plans that recompute such layers' outputs.
 
+Options (Rockmate's multi-option layers, Zhao et al. ICML 2023; :mod:`solver.chain.options`):
+layer ``i`` may run ``F_all(i)`` with any option ``k`` it offers, each with its own
+``cbw[i+1, k]``, ``cout``, ``ftmp``, ``btmp``, ``fw``, ``bw`` and ``ft``. Both places where a
+plan runs ``F_all(i)`` take the best option that fits: the chain option of ``(i, l)`` is the
+least over ``k`` of ``fw[i, k] + bw[i, k] + Opt[m - cbw[i+1, k]][i+1][l]`` where option
+``k``'s two checks above hold, and the base case ``(i, i)`` the least ``ft[i, k] + bw[i, k]``
+over the options whose threshold ``m`` reaches. ``F_ck`` and ``F_none`` keep the chain's own
+costs (column 0), so the leaf options are unchanged except for one term: ``m∅`` takes each
+layer's least ``ftmp`` over its options (it must bound every option from below), and each
+leaf ``j`` checks the memory of its own forwards ``F_ck(i), F_none(i+1..j-1)`` with the
+column-0 ``ftmp`` (``fneed``, :mod:`solver.chain.kernels`; implied by ``m∅`` without
+options). The DP remains exact among persistent plans, now with an option per ``Layer``
+(tests/test_options.py checks it against every plan and option of small chains). Without
+options ``K = 1`` and every number is as before.
+
 Memory is discretised: a table built for ``max_budget`` with ``slots`` slots has unit
 ``max_budget / slots`` and sizes rounded **up** to units, so every schedule it returns fits
 the real budget. When every size is an integer and ``slots >= max_budget`` the unit is 1 and
@@ -67,6 +82,8 @@ import numpy as np
 from ..errors import InfeasibleBudget
 from . import kernels
 from .chain import Chain
+from .options import LayerOptions
+from .peak_kernels import fill_min_peak
 from .schedule import Checkpoint, Layer, Plan, Schedule
 from .simulator import make_schedule
 
@@ -81,41 +98,64 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class _Padded:
-    """Rotor's padded arrays (float64, real units); see :mod:`solver.chain.kernels`."""
+    """Rotor's padded arrays (float64, real units); see :mod:`solver.chain.kernels`.
+
+    The per-option arrays are ``(positions, K)``; an option a layer lacks has infinite
+    ``cbw``, ``ftmp`` and ``btmp`` and zero times, so it is never feasible.
+    """
 
     cw: np.ndarray  # L + 2
-    cbw: np.ndarray  # L + 2
-    cout: np.ndarray  # L + 2: cout[i+1] = x_size[i+1] where output_in_tape[i] is false, else 0
-    ftmp: np.ndarray  # L + 1
-    btmp: np.ndarray  # L + 1
-    fw: np.ndarray  # L + 1
-    bw: np.ndarray  # L + 1
-    ft: np.ndarray  # L + 1: the base case's forward, Chain.fwd_tape_time (the loss's 0)
+    cbw: np.ndarray  # (L + 2, K)
+    cout: np.ndarray  # (L + 2, K): x_size[i+1] where option k's output is outside its tape
+    ftmp: np.ndarray  # (L + 1, K)
+    btmp: np.ndarray  # (L + 1, K)
+    fw: np.ndarray  # (L + 1, K)
+    bw: np.ndarray  # (L + 1, K)
+    ft: np.ndarray  # (L + 1, K): the base case's forward, fwd_tape_time (the loss's 0)
+    lean_chain: np.ndarray  # (L + 1, K) bool: see kernels' "Saturation"
+    lean_base: np.ndarray  # (L + 1, K) bool
 
 
 def _padded(chain: Chain) -> _Padded:
-    zero = np.zeros(1)
+    table = chain.options if chain.options is not None else LayerOptions.of_chain(chain)
+    valid = np.vstack([table.valid, np.eye(1, table.width, dtype=bool)])  # the loss: option 0
+
+    def rows(values: np.ndarray, before: bool, absent: float) -> np.ndarray:
+        padded = np.vstack([values, np.zeros((1, table.width))])
+        padded = np.where(valid, padded, absent)
+        return np.vstack([np.zeros((1, table.width)), padded]) if before else padded
+
+    x_out = np.where(table.output_in_tape, 0.0, chain.x_size[1:, None])
+    fw, bw, ft = (rows(getattr(table, f), False, 0.0)
+                  for f in ("fwd_time", "bwd_time", "fwd_tape_time"))
+    lowest = np.where(valid, bw + np.minimum(fw, ft + fw[:, :1]), np.inf).min(axis=1)
+    base = np.where(valid, ft + bw, np.inf)
     return _Padded(
-        cw=np.concatenate([chain.x_size, zero]),
-        cbw=np.concatenate([zero, chain.xbar_size, zero]),
-        cout=np.concatenate([zero, np.where(chain.output_in_tape, 0.0, chain.x_size[1:]), zero]),
-        ftmp=np.concatenate([chain.fwd_tmp, zero]),
-        btmp=np.concatenate([chain.bwd_tmp, zero]),
-        fw=np.concatenate([chain.fwd_time, zero]),
-        bw=np.concatenate([chain.bwd_time, zero]),
-        ft=np.concatenate([chain.fwd_tape_time, zero]),
+        cw=np.concatenate([chain.x_size, np.zeros(1)]),
+        cbw=rows(table.xbar_size, True, np.inf),
+        cout=rows(x_out, True, 0.0),
+        ftmp=rows(table.fwd_tmp, False, np.inf),
+        btmp=rows(table.bwd_tmp, False, np.inf),
+        fw=fw,
+        bw=bw,
+        ft=ft,
+        lean_chain=valid & (fw + bw <= lowest[:, None]),
+        lean_base=valid & (base <= base.min(axis=1)[:, None]),
     )
 
 
-def plan_from_decisions(length: int, decide: Callable[[int, int], int]) -> Plan:
+def plan_from_decisions(length: int, decide: Callable[[int, int], int],
+                        base: Callable[[int], int] | None = None) -> Plan:
     """Build the nested plan of ``(0, L)`` from DP decisions, without recursion.
 
-    ``decide(i, l)`` gives the decision for the subproblem ``(i, l)``, ``i < l``: 0 for
-    the chain option (``Layer(i)``, continue with ``(i+1, l)``) or ``j`` for the leaf option
-    (``Checkpoint(i, j, plan of (i, j-1))``, continue with ``(j, l)``). Subproblems are
-    visited depth first, a checkpoint's body before the rest of its spine: the order in
-    which :func:`solver.chain.kernels.trace_time_plan` emits decisions. The subproblem
-    ``(l, l)`` is ``Layer(l)``, or nothing for the loss (``l == L``).
+    ``decide(i, l)`` gives the decision for the subproblem ``(i, l)``, ``i < l``: ``-k``
+    for the chain option with the layer's option ``k`` (0 for option 0: ``Layer(i, k)``,
+    continue with ``(i+1, l)``) or ``j > i`` for the leaf option (``Checkpoint(i, j, plan
+    of (i, j-1))``, continue with ``(j, l)``). Subproblems are visited depth first, a
+    checkpoint's body before the rest of its spine: the order in which
+    :func:`solver.chain.kernels.trace_time_plan` emits decisions. The subproblem ``(l, l)``
+    that ends a spine is ``Layer(l, k)`` with ``-k = base(l)`` (option 0 without ``base``),
+    asked when it is met, or nothing for the loss (``l == L``).
     """
     # Each frame: [i, l, items, checkpoint_start, checkpoint_stop] of one spine.
     root: list = [0, length, [], -1, -1]
@@ -127,8 +167,8 @@ def plan_from_decisions(length: int, decide: Callable[[int, int], int]) -> Plan:
         while frame[0] < frame[1]:
             i, l = frame[0], frame[1]
             d = int(decide(i, l))
-            if d == 0:
-                frame[2].append(Layer(i))
+            if d <= 0:
+                frame[2].append(Layer(i, -d))
                 frame[0] = i + 1
             elif i < d <= l:
                 frame[3], frame[4] = i, d
@@ -141,7 +181,10 @@ def plan_from_decisions(length: int, decide: Callable[[int, int], int]) -> Plan:
         if descended:
             continue
         if frame[0] < length:
-            frame[2].append(Layer(frame[0]))
+            option = 0 if base is None else -int(base(frame[0]))
+            if option < 0:
+                raise RuntimeError(f"Invalid DP decision {-option} for layer {frame[0]}.")
+            frame[2].append(Layer(frame[0], option))
         stack.pop()
         plan = tuple(frame[2])
         if stack:
@@ -175,8 +218,7 @@ def _min_peak(chain: Chain) -> tuple[float, np.ndarray]:
     peak = np.empty((n, n), dtype=np.float64)
     time = np.empty((n, n), dtype=np.float64)
     choice = np.empty((n, n), dtype=np.int64)
-    kernels.fill_min_peak(p.cw, p.cbw, p.cout, p.ftmp, p.btmp, p.fw, p.bw, p.ft, peak, time,
-                          choice)
+    fill_min_peak(p.cw, p.cbw, p.cout, p.ftmp, p.btmp, p.fw, p.bw, p.ft, peak, time, choice)
     return float(p.cw[0] + peak[0, chain.length]), choice
 
 
@@ -197,7 +239,7 @@ def min_peak_schedule(chain: Chain) -> Schedule:
     fits.
     """
     _, choice = _min_peak(chain)
-    plan = plan_from_decisions(chain.length, lambda i, l: choice[i, l])
+    plan = plan_from_decisions(chain.length, lambda i, l: choice[i, l], lambda l: choice[l, l])
     return _schedule(chain, plan)
 
 
@@ -220,7 +262,8 @@ class RotorTable:
       exact: whether no rounding happens (integer sizes and ``slots >= max_budget``).
       min_budget: the exact smallest budget any persistent schedule fits in.
 
-    Building costs O(L^3 M) time and ``2 (L+1)(L+2) (M+1)`` bytes (float32, triangular).
+    Building costs O(L^3 M + L^2 K M) time (``K`` options per layer) and
+    ``2 (L+1)(L+2) (M+1)`` bytes (float32, triangular).
     """
 
     chain: Chain
@@ -257,19 +300,22 @@ class RotorTable:
         fw = (p.fw / scale).astype(np.float32)
         bw = (p.bw / scale).astype(np.float32)
         ft = (p.ft / scale).astype(np.float32)
-        cum = np.concatenate([[0.0], np.cumsum(p.fw / scale)])
+        cum = np.concatenate([[0.0], np.cumsum(p.fw[:, 0] / scale)])
         n = chain.length + 1
         off = kernels.row_offsets(n)
         pairs = int(off[n])
         mnull = np.empty(pairs, dtype=np.int64)
         mmin = np.empty(pairs, dtype=np.int64)
         sat = np.empty(pairs, dtype=np.int64)
-        kernels.fill_bounds(cw, cbw, cout, ftmp, btmp, capacity, off, mnull, mmin, sat)
+        fneed = np.zeros((n, n + 1), dtype=np.int64)
+        kernels.fill_bounds(cw, cbw, cout, ftmp, btmp, p.lean_chain, p.lean_base, capacity, off,
+                            mnull, mmin, sat, fneed)
         opt = np.empty((pairs, capacity + 1), dtype=np.float32)
         kernels.fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, capacity, off, mnull,
-                                mmin, sat, kernels.block_size(capacity), opt)
-        arrays = dict(cw=cw, cbw=cbw, cout=cout, ftmp=ftmp, btmp=btmp, fw=fw, bw=bw, cum=cum, off=off,
-                      mnull=mnull, mmin=mmin, sat=sat, opt=opt, scale=scale)
+                                mmin, sat, fneed, kernels.block_size(capacity), opt)
+        arrays = dict(cw=cw, cbw=cbw, cout=cout, ftmp=ftmp, btmp=btmp, fw=fw, bw=bw, ft=ft,
+                      cum=cum, off=off, mnull=mnull, mmin=mmin, fneed=fneed, opt=opt,
+                      scale=scale)
         object.__setattr__(self, "max_budget", budget)
         object.__setattr__(self, "unit", unit)
         object.__setattr__(self, "capacity", capacity)
@@ -312,12 +358,14 @@ class RotorTable:
         if m < a["mmin"][row]:
             return None
         decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["ftmp"],
-                                            a["btmp"], a["fw"], a["bw"], a["cum"], a["off"],
-                                            a["mnull"], a["mmin"], a["sat"], self.capacity, m)
-        if decisions.size and decisions.min() < 0:
+                                            a["btmp"], a["fw"], a["bw"], a["ft"], a["cum"],
+                                            a["off"], a["mnull"], a["mmin"], a["fneed"],
+                                            self.capacity, m)
+        if decisions.size and decisions.min() == kernels.NO_DECISION:
             raise RuntimeError("Rotor's table is inconsistent (a decision could not be found).")
         sequence = iter(decisions.tolist())
-        plan = plan_from_decisions(self.chain.length, lambda i, l: next(sequence))
+        plan = plan_from_decisions(self.chain.length, lambda i, l: next(sequence),
+                                   lambda l: next(sequence))
         if next(sequence, None) is not None:
             raise RuntimeError("Rotor's plan reconstruction left decisions unused.")
         return plan

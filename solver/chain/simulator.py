@@ -36,6 +36,12 @@ Times: every op costs its layer's ``fwd_time`` / ``bwd_time`` (the loss 0), exce
 ``F_all(i)`` while ``g[i+1]`` is stored, which costs ``fwd_tape_time[i]``: the backward has
 passed layer ``i+1``, so only ``B(i)`` will read what it computes (``Chain.fwd_tape_time``).
 
+Options (:mod:`solver.chain.options`): ``(F_all, i, k)`` runs ``F_all(i)`` with option ``k``
+and charges that option's ``xbar_size``, ``output_in_tape``, ``fwd_time`` /
+``fwd_tape_time`` and ``fwd_tmp``; the state remembers the option of every stored tape, so
+``B(i)`` charges its ``bwd_time`` and ``bwd_tmp`` and frees its tape size (as do
+``F_none(i+1)`` and early drops). ``F_ck`` and ``F_none`` cost the chain's own fields.
+
 Storing a value that is already stored is an invalid sequence, like a missing input.
 The state is a small immutable record of bitmasks so that exhaustive searches can hash it.
 
@@ -50,6 +56,7 @@ from typing import Iterable
 import numpy as np
 
 from .chain import Chain
+from .options import LayerCosts, layer_costs, option_index
 from .schedule import Op, OpKind, Plan, Schedule, plan_to_ops
 
 __all__ = [
@@ -65,21 +72,36 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class MemoryState:
-    """What is stored: bit ``k`` of ``x`` (own activations), ``tape``, ``g`` (gradients)."""
+    """What is stored: bit ``k`` of ``x`` (own activations), ``tape``, ``g`` (gradients).
+
+    ``tape_options`` holds, in bits ``8 i .. 8 i + 7``, the option ``tape[i]`` was built with
+    (0, the whole tape, when the chain has no options), so equal states compare equal.
+    """
 
     x: int
     tape: int
     g: int
     memory: float
+    tape_options: int = 0
+
+    def option(self, i: int) -> int:
+        """The option of ``tape[i]`` (meaningful while it is stored)."""
+        return self.tape_options >> (8 * i) & 0xFF
 
     def has_x(self, k: int, output_in_tape: np.ndarray | None = None) -> bool:
         """``x[k]`` available: stored on its own, or inside ``tape[k-1]`` when that tape
-        holds its output (``output_in_tape[k-1]``; pass the chain's flags, default all
-        true)."""
+        holds its output. Pass the chain's flags: ``Chain.output_in_tape`` (one per layer) or
+        ``Chain.options.output_in_tape`` (per layer and option, read at the tape's option);
+        default all true."""
         if self.x >> k & 1:
             return True
-        inside = output_in_tape is None or bool(output_in_tape[k - 1])
-        return k > 0 and inside and bool(self.tape >> (k - 1) & 1)
+        if k == 0 or not self.tape >> (k - 1) & 1:
+            return False
+        if output_in_tape is None:
+            return True
+        if getattr(output_in_tape, "ndim", 1) == 2:
+            return bool(output_in_tape[k - 1, self.option(k - 1)])
+        return bool(output_in_tape[k - 1])
 
 
 def initial_state(chain: Chain) -> MemoryState:
@@ -94,11 +116,27 @@ def _kind(op: Op) -> OpKind:
         raise ValueError(f"Unknown op {op!r}: kinds are {[k.value for k in OpKind]}.") from None
 
 
+def _flags(chain: Chain) -> np.ndarray:
+    """The output-in-tape flags :meth:`MemoryState.has_x` reads for ``chain``."""
+    return chain.output_in_tape if chain.options is None else chain.options.output_in_tape
+
+
+def _stored_tape(chain: Chain, state: MemoryState, i: int) -> LayerCosts:
+    return layer_costs(chain, i, state.option(i))
+
+
 def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, float, float]:
-    """Apply one op; return ``(new_state, peak_candidate, time)`` or raise ``ValueError``."""
+    """Apply one op; return ``(new_state, peak_candidate, time)`` or raise ``ValueError``.
+
+    ``(OpKind.F_ALL, i, k)`` runs ``F_all(i)`` with option ``k`` (:mod:`solver.chain.options`):
+    it stores, costs and later frees that option's tape, and ``B(i)`` then costs the
+    option's backward.
+    """
     kind = _kind(op)
-    if len(op) != 2:
-        raise ValueError(f"Op {op!r}: an op is a pair (kind, layer index).")
+    if len(op) != 2 and not (len(op) == 3 and kind is OpKind.F_ALL):
+        raise ValueError(
+            f"Op {op!r}: an op is a pair (kind, layer index), or (F_all, layer, option)."
+        )
     i = op[1]
     L = chain.length
     if isinstance(i, bool) or not hasattr(i, "__index__"):
@@ -109,20 +147,24 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
             raise ValueError(f"Op {op!r}: the loss op's index must be L = {L}.")
     elif not 0 <= i < L:
         raise ValueError(f"Op {op!r}: layer index out of range 0..{L - 1}.")
-    x, tape, g, mem = state.x, state.tape, state.g, state.memory
-    xs, xbar, inside = chain.x_size, chain.tape_size, chain.output_in_tape
+    x, tape, g, mem, options = state.x, state.tape, state.g, state.memory, state.tape_options
+    xs, flags = chain.x_size, _flags(chain)
 
     if kind in (OpKind.F_ALL, OpKind.F_CK, OpKind.F_NONE):
-        if not state.has_x(i, inside):
+        if not state.has_x(i, flags):
             raise ValueError(f"Op {op!r}: x[{i}] is not available.")
-        tmp = chain.fwd_tmp[i]
         if kind is OpKind.F_ALL:
+            try:
+                k = option_index(chain, i, op[2]) if len(op) == 3 else 0
+            except ValueError as error:
+                raise ValueError(f"Op {op!r}: {error}") from None
             if tape >> i & 1:
                 raise ValueError(f"Op {op!r}: tape[{i}] is already stored.")
-            mem += xbar[i]
+            cost = layer_costs(chain, i, k)
+            mem += cost.tape_size
             dropped = 0.0
             last_use = bool(g >> (i + 1) & 1)  # B(i) is next: only the tape is needed
-            if not inside[i]:  # the output, on its own while something ahead reads it
+            if not cost.output_in_tape:  # the output, on its own while something ahead reads it
                 if last_use:
                     dropped = xs[i + 1]
                 elif x >> (i + 1) & 1:
@@ -130,12 +172,14 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
                 else:
                     x |= 1 << (i + 1)
                     mem += xs[i + 1]
-            time = chain.fwd_tape_time[i] if last_use else chain.fwd_time[i]
-            return MemoryState(x, tape | 1 << i, g, mem), mem + dropped + tmp, time
+            time = cost.fwd_tape_time if last_use else cost.fwd_time
+            options = options & ~(0xFF << 8 * i) | k << 8 * i
+            return (MemoryState(x, tape | 1 << i, g, mem, options),
+                    mem + dropped + cost.fwd_tmp, time)
         if x >> (i + 1) & 1:
             raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
         mem += xs[i + 1]
-        peak = mem + tmp
+        peak = mem + chain.fwd_tmp[i]
         x |= 1 << (i + 1)
         if kind is OpKind.F_NONE:
             if x >> i & 1:
@@ -143,11 +187,12 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
                 mem -= xs[i]
             else:  # x[i] came from tape[i-1]
                 tape &= ~(1 << (i - 1))
-                mem -= xbar[i - 1]
-        return MemoryState(x, tape, g, mem), peak, chain.fwd_time[i]
+                mem -= _stored_tape(chain, state, i - 1).tape_size
+                options &= ~(0xFF << 8 * (i - 1))
+        return MemoryState(x, tape, g, mem, options), peak, chain.fwd_time[i]
 
     if kind is OpKind.LOSS:
-        if not state.has_x(L, inside):
+        if not state.has_x(L, flags):
             raise ValueError(f"Op {op!r}: x[{L}] is not available.")
         if g >> L & 1:
             raise ValueError(f"Op {op!r}: g[{L}] is already stored.")
@@ -157,29 +202,31 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
         if x >> L & 1:
             x &= ~(1 << L)
             mem -= xs[L]
-        return MemoryState(x, tape, g, mem), peak, 0.0
+        return MemoryState(x, tape, g, mem, options), peak, 0.0
 
     # Backward B(i).
     missing = [
         name
         for name, ok in ((f"g[{i + 1}]", g >> (i + 1) & 1), (f"tape[{i}]", tape >> i & 1),
-                         (f"x[{i}]", state.has_x(i, inside)))
+                         (f"x[{i}]", state.has_x(i, flags)))
         if not ok
     ]
     if missing:
         raise ValueError(f"Op {op!r}: {', '.join(missing)} not available.")
     if g >> i & 1:
         raise ValueError(f"Op {op!r}: g[{i}] is already stored.")
+    cost = _stored_tape(chain, state, i)
     mem += xs[i]
-    peak = mem + chain.bwd_tmp[i]
+    peak = mem + cost.bwd_tmp
     g = (g | 1 << i) & ~(1 << (i + 1))
     mem -= xs[i + 1]
     tape &= ~(1 << i)
-    mem -= xbar[i]
+    mem -= cost.tape_size
+    options &= ~(0xFF << 8 * i)
     if x >> i & 1:
         x &= ~(1 << i)
         mem -= xs[i]
-    return MemoryState(x, tape, g, mem), peak, chain.bwd_time[i]
+    return MemoryState(x, tape, g, mem, options), peak, cost.bwd_time
 
 
 def drop(chain: Chain, state: MemoryState, value: tuple[str, int]) -> MemoryState:
@@ -188,13 +235,14 @@ def drop(chain: Chain, state: MemoryState, value: tuple[str, int]) -> MemoryStat
     Not one of Rotor's ops: exhaustive searches use it to explore non-persistent schedules.
     """
     name, k = value
-    sizes = {"x": chain.x_size, "tape": chain.tape_size, "g": chain.x_size}[name]
     mask = getattr(state, name)
     if not mask >> k & 1:
         raise ValueError(f"Cannot drop {name}[{k}]: it is not stored.")
+    size = _stored_tape(chain, state, k).tape_size if name == "tape" else chain.x_size[k]
     fields = {"x": state.x, "tape": state.tape, "g": state.g}
     fields[name] = mask & ~(1 << k)
-    return MemoryState(memory=state.memory - sizes[k], **fields)
+    options = state.tape_options & ~(0xFF << 8 * k) if name == "tape" else state.tape_options
+    return MemoryState(memory=state.memory - size, tape_options=options, **fields)
 
 
 def memory_trace(chain: Chain, ops: Iterable[Op]) -> list[tuple[Op, float, float]]:
@@ -218,7 +266,8 @@ def simulate(chain: Chain, ops: Iterable[Op], *, complete: bool = True) -> tuple
 
     Args:
       chain: the costs.
-      ops: ``(kind, layer)`` pairs; ``kind`` an :class:`OpKind` or its string value.
+      ops: ``(kind, layer)`` pairs, or ``(OpKind.F_ALL, layer, option)``; ``kind`` an
+        :class:`OpKind` or its string value.
       complete: also require that the sequence ends having produced ``g[0]``, the gradient of
         the chain's input (a full training step).
 
@@ -249,7 +298,11 @@ def simulate(chain: Chain, ops: Iterable[Op], *, complete: bool = True) -> tuple
 
 
 def make_schedule(chain: Chain, plan: Plan, method: str = "") -> Schedule:
-    """Build a :class:`Schedule` from a plan, costing it with the simulator."""
-    ops = plan_to_ops(plan, chain.length)
+    """Build a :class:`Schedule` from a plan, costing it with the simulator.
+
+    Raises ``ValueError`` for a plan that does not cover the chain or names an option a
+    layer does not offer (:func:`~solver.chain.schedule.validate_plan`).
+    """
+    ops = plan_to_ops(plan, chain.length, chain=chain)
     time, peak = simulate(chain, ops)
     return Schedule(ops=ops, time=time, peak=peak, plan=tuple(plan), method=method)

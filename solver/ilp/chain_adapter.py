@@ -55,6 +55,8 @@ is a lower bound on Rotor's, and every ILP schedule is a sequence of ops and dro
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..chain.chain import Chain
 from ..chain.exhaustive import Step, replay
 from ..chain.schedule import OpKind, Schedule
@@ -63,7 +65,23 @@ from ..errors import InfeasibleBudget
 from .solve import IlpSolution, solve_ilp
 from .training_graph import TrainingGraph
 
-__all__ = ["check_tapeless", "ilp_steps", "ilp_chain_schedule"]
+__all__ = ["check_no_options", "check_tapeless", "ilp_steps", "ilp_chain_schedule"]
+
+
+def check_no_options(chain: Chain) -> None:
+    """Raise ``NotImplementedError`` if a layer of ``chain`` offers more than one option.
+
+    The ILP's training graph computes each vertex one way, so it cannot choose among a
+    layer's checkpoint-policy options (:mod:`solver.chain.options`); Rotor's DP does.
+    """
+    counts = chain.num_options
+    if (counts > 1).any():
+        i = int(np.flatnonzero(counts > 1)[0])
+        raise NotImplementedError(
+            f"method='ilp' does not model per-layer options, and layer {i} offers "
+            f"{int(counts[i])}: use method='rotor' (exact among persistent schedules, options "
+            "included), or chain.with_options(None) for the ILP on the whole tapes only."
+        )
 
 
 def check_tapeless(chain: Chain) -> None:
@@ -129,10 +147,12 @@ def ilp_chain_schedule(chain: Chain, budget: float, *, time_limit: float) -> Sch
     limit stopped HiGHS before it proved optimality.
 
     Raises:
+      NotImplementedError: a layer offers several options (:func:`check_no_options`).
       ValueError: ``chain`` has tapes or temporaries (:func:`check_tapeless`).
       InfeasibleBudget: no schedule of the class fits (``min_budget`` is the ILP's).
       RuntimeError: the time limit passed before HiGHS found any schedule.
     """
+    check_no_options(chain)
     check_tapeless(chain)
     try:
         solution = solve_ilp(

@@ -1,0 +1,162 @@
+"""The menu of ``jax.checkpoint`` policies a layer may be saved with (issue 17).
+
+Rotor's chain gives each layer two ways to be saved: keep its input (a ``Checkpoint``) or
+keep its whole tape (``Layer(i)``). Following Rockmate's extension of Rotor (Zhao et al.,
+"Rockmate: an Efficient, Fast, Automatic and Generic Tool for Re-materialization in
+PyTorch", ICML 2023; ALGORITHMS.md section 2, "Multi-option layers"), a layer saved in
+"save" mode may instead keep only part of its tape, chosen by a ``jax.checkpoint`` policy,
+and recompute the rest in its backward. This module turns the user's ``policies=`` argument
+into the per-layer menu of such options:
+
+* option 0 is always the whole tape (``everything_saveable``: the plain call);
+* ``"dots"``: ``jax.checkpoint_policies.dots_saveable`` (keep matmul and convolution
+  outputs);
+* ``"dots_no_batch"``: ``dots_with_no_batch_dims_saveable`` (keep those without batch
+  dimensions, i.e. not the attention scores);
+* ``"names"``: ``save_only_these_names`` for the names the user marked in the layer with
+  ``jax.ad_checkpoint.checkpoint_name``: all of them (option ``"names:a,b"``) and, when
+  a layer marks two or three names, each on its own;
+* any callable ``policy(prim, *avals, **params) -> bool`` (named by its ``__name__``).
+
+``nothing_saveable`` is not an option: keeping only a layer's input is the chain's
+``Checkpoint`` of that layer. :func:`profile_sequence <jaxremat.profile.profile_sequence>`
+measures every option and merges those whose tapes are identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator, Sequence
+
+import jax
+
+__all__ = ["DEFAULT_POLICIES", "POLICY_NAMES", "PolicyOption", "check_policies",
+           "layer_menu", "marked_names"]
+
+_BUILTIN: dict[str, Callable[..., bool]] = {
+    "dots": jax.checkpoint_policies.dots_saveable,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+_ALIASES = {
+    "dots_saveable": "dots",
+    "checkpoint_dots": "dots",
+    "dots_with_no_batch_dims_saveable": "dots_no_batch",
+    "checkpoint_dots_with_no_batch_dims": "dots_no_batch",
+    "save_only_these_names": "names",
+    "everything_saveable": "everything",
+}
+POLICY_NAMES = ("everything", "dots", "dots_no_batch", "names")
+"""The policy names ``policies=`` accepts (JAX's own names, e.g. ``"dots_saveable"``, too)."""
+
+DEFAULT_POLICIES = ("dots", "dots_no_batch", "names")
+"""The default menu (``policies=None``); option 0, the whole tape, is always on it."""
+
+_MAX_SINGLE_NAMES = 3  # layers marking 2..3 names also get one option per name
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyOption:
+    """One entry of a layer's menu: ``name`` and the policy (``None``: the whole tape)."""
+
+    name: str
+    policy: Callable[..., bool] | None
+
+
+def _valid_names() -> str:
+    return ", ".join(repr(n) for n in POLICY_NAMES + tuple(_ALIASES))
+
+
+def check_policies(policies: Any) -> tuple[str | Callable, ...]:
+    """The menu ``policies`` asks for, checked: a tuple of names and callables.
+
+    ``None`` is the default menu (:data:`DEFAULT_POLICIES`); ``()`` is none beyond the whole
+    tape (Rotor's two ways per layer, as before options existed); a single name is a menu of
+    one.
+
+    Raises:
+      ValueError: an unknown name (the message lists the valid ones), or
+        ``"nothing_saveable"`` (that is the chain's checkpoint of a layer, always available).
+      TypeError: an entry that is neither a name nor a callable.
+    """
+    if policies is None:
+        return DEFAULT_POLICIES
+    if isinstance(policies, str) or callable(policies):
+        policies = (policies,)
+    try:
+        entries = tuple(policies)
+    except TypeError:
+        raise TypeError(
+            "policies must be None (the default menu), a sequence of policy names and "
+            f"callables, or () for the whole tape only; got {type(policies).__name__}."
+        ) from None
+    menu: list[str | Callable] = []
+    for entry in entries:
+        if isinstance(entry, str):
+            name = _ALIASES.get(entry, entry)
+            if name in ("nothing", "nothing_saveable"):
+                raise ValueError(
+                    f"policies: {entry!r} is not an option: keeping only a layer's input is the "
+                    "plan's checkpoint of that layer, which the solver always considers. Valid "
+                    f"names: {_valid_names()}."
+                )
+            if name not in POLICY_NAMES:
+                raise ValueError(
+                    f"policies: unknown policy name {entry!r}. Valid names: {_valid_names()}; "
+                    "or pass a callable policy(prim, *avals, **params) -> bool."
+                )
+            if name != "everything" and name not in menu:  # the whole tape is option 0 anyway
+                menu.append(name)
+        elif callable(entry):
+            menu.append(entry)
+        else:
+            raise TypeError(
+                f"policies: each entry must be a policy name or a callable, got "
+                f"{type(entry).__name__} ({entry!r}). Valid names: {_valid_names()}."
+            )
+    return tuple(menu)
+
+
+def _subjaxprs(eqn: Any) -> Iterator[Any]:
+    """The jaxprs nested in one equation's parameters (pjit, remat, custom_jvp, scan...)."""
+    for value in eqn.params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if hasattr(item, "eqns"):
+                yield item
+            elif hasattr(getattr(item, "jaxpr", None), "eqns"):
+                yield item.jaxpr
+
+
+def marked_names(layer: Callable, p: Any, x: Any) -> tuple[str, ...]:
+    """The names ``layer(p, x)`` marks with ``checkpoint_name``, in program order, once each."""
+    names: list[str] = []
+    pending = [jax.make_jaxpr(layer)(p, x).jaxpr]
+    while pending:
+        jaxpr = pending.pop()
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "name" and eqn.params.get("name") not in names:
+                names.append(eqn.params["name"])
+            pending.extend(_subjaxprs(eqn))
+    return tuple(names)
+
+
+def _callable_name(policy: Callable, position: int) -> str:
+    name = getattr(policy, "__name__", None)
+    return name if isinstance(name, str) and name != "<lambda>" else f"policy{position}"
+
+
+def layer_menu(menu: Sequence[str | Callable], names: Sequence[str]) -> tuple[PolicyOption, ...]:
+    """One layer's options: the whole tape first, then ``menu`` (checked by
+    :func:`check_policies`) expanded for the layer's ``names`` (:func:`marked_names`)."""
+    options = [PolicyOption("everything", None)]
+    save_names = jax.checkpoint_policies.save_only_these_names
+    for position, entry in enumerate(menu):
+        if callable(entry):
+            options.append(PolicyOption(_callable_name(entry, position), entry))
+        elif entry == "names":
+            if names:
+                options.append(PolicyOption("names:" + ",".join(names), save_names(*names)))
+            if 2 <= len(names) <= _MAX_SINGLE_NAMES:
+                options += [PolicyOption(f"names:{n}", save_names(n)) for n in names]
+        else:
+            options.append(PolicyOption(entry, _BUILTIN[entry]))
+    return tuple(options)
