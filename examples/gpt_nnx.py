@@ -7,12 +7,17 @@ a final norm and an output projection -- with one decorator line,
 ``h = self.run_blocks(h)`` instead of ``for block in self.blocks: h = block(h)``. The state
 tree is unchanged, so checkpoints of the plain model load into it.
 
+The budget bounds the whole training step -- embeddings, blocks, head and loss -- as
+``jaxremat.flax.activation_memory`` measures it (``remat_blocks``' default
+``scope="model"``); ``model.fit_blocks(loss_fn, batch)`` fits the blocks' budget to it
+before training and returns the plan, which prints the whole step's measured memory.
+
 It trains with ``optax.adamw`` on synthetic sequences (each a random start token followed by
 a fixed random permutation applied repeatedly, so the next token is predictable), prints the
 plan and the loss.
 
     python examples/gpt_nnx.py                 # small, < 1 minute on a CPU
-    python examples/gpt_nnx.py --budget 30%    # 30% of the blocks' no-remat memory
+    python examples/gpt_nnx.py --budget 30%    # 30% of the whole step's no-remat memory
     python examples/gpt_nnx.py --large         # GPU size; budget from the device
 """
 
@@ -113,9 +118,9 @@ def main(argv=None) -> dict:
         model.remat_budget = args.budget
     elif jax.devices()[0].platform == "gpu":
         model.remat_budget = jaxremat.budget_from_device(model, optimizer)
-    # The blocks' input is the embedded sequence: plan for that shape.
-    hidden = jnp.zeros((batch, context, dim))
-    plan = model.plan_blocks(hidden)
+    # The budget covers the whole training step (embeddings, blocks, head, loss): fit the
+    # blocks' budget to the measured step once, before training; the step then uses it.
+    plan = model.fit_blocks(loss_fn, data[:batch])
     print(plan)
     if args.plot:
         print("plot:", plan.plot(args.plot))
@@ -131,7 +136,7 @@ def main(argv=None) -> dict:
           f"(first includes compilation); loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     return {"initial_loss": losses[0], "final_loss": losses[-1], "losses": losses,
             "budget": plan.budget, "predicted_peak": plan.predicted_peak,
-            "no_remat_peak": plan.no_remat_peak, "plan": plan}
+            "no_remat_peak": plan.no_remat_peak, "plan": plan, "scope": plan.scope}
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import optax
 from flax import nnx
 
 import jaxremat
-from jaxremat.flax import RematSequential
+from jaxremat.flax import RematSequential, remat_blocks
 
 
 class Stem(nnx.Module):
@@ -82,6 +82,28 @@ def resnet(widths, blocks_per_stage, classes, budget, *, rngs: nnx.Rngs) -> Rema
             cin = cout
     layers.append(Head(cin, classes, rngs=rngs))
     return RematSequential(*layers, budget=budget)
+
+
+@remat_blocks("blocks", budget="60%")
+class ResNet(nnx.Module):
+    """The same network as a model class: stem and head around ``self.blocks``, which
+    ``remat_blocks`` runs under a budget for the whole training step (its default
+    ``scope="model"``: stem, blocks, head and loss, measured). ``resnet`` above budgets the
+    network alone, as one RematSequential."""
+
+    def __init__(self, widths, blocks_per_stage, classes, *, rngs: nnx.Rngs):
+        self.stem = Stem(widths[0], rngs=rngs)
+        blocks, cin = [], widths[0]
+        for stage, cout in enumerate(widths):
+            for block in range(blocks_per_stage):
+                stride = 2 if stage > 0 and block == 0 else 1
+                blocks.append(ResidualBlock(cin, cout, stride, rngs=rngs))
+                cin = cout
+        self.blocks = nnx.List(blocks)
+        self.head = Head(cin, classes, rngs=rngs)
+
+    def __call__(self, images: jax.Array) -> jax.Array:
+        return self.head(self.run_blocks(self.stem(images)))
 
 
 def synthetic_cifar(seed: int, n: int, classes: int = 10):

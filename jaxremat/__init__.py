@@ -4,6 +4,8 @@ Plan which activations to keep and which to recompute under a memory budget, the
 plan with nested ``jax.checkpoint`` (or ``jax.custom_vjp``) segments:
 
 * :func:`remat_sequence` -- a sequence of pure layers ``layer(params, x) -> y``;
+* :func:`remat_scan` -- one layer scanned over stacked parameters (``lax.scan``), as
+  nested scans of checkpointed segments, a program whose size does not grow with depth;
 * :func:`remat_graph` -- any function ``fn(params, x)``: Feng & Huang's checkpoints on its
   dataflow graph (branches, residuals, concatenations);
 * :mod:`jaxremat.flax` -- Flax NNX and Linen wrappers (imported on demand);
@@ -21,12 +23,15 @@ from .meter import activation_memory, program_memory
 from .plan import Plan
 from .profile import profile_layers
 from .remat_graph import GraphPlan, RematGraph, remat_graph
+from .scan import RematScan, ScanPlan, remat_scan
 from .sequence import RematSequence, remat_sequence
 
 __all__ = [
     "GraphPlan",
     "Plan",
+    "ScanPlan",
     "RematGraph",
+    "RematScan",
     "RematSequence",
     "activation_memory",
     "budget_from_device",
@@ -35,6 +40,7 @@ __all__ = [
     "profile_layers",
     "program_memory",
     "remat_graph",
+    "remat_scan",
     "remat_sequence",
     "resolve_budget",
 ]

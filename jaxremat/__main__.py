@@ -1,8 +1,9 @@
 """``python -m jaxremat demo``: what jaxremat does, in one command.
 
-1. Solves realistic chains (a ResNet-like, a transformer-like and a random chain) with every
-   method at budgets from the smallest feasible to the no-remat peak, and prints the time
-   overhead of each.
+1. Solves synthetic chains (sizes and flops from formulas for a ResNet-like and a
+   transformer-like network, and a random chain; no JAX model is run) with every method at
+   budgets from the smallest feasible to the no-remat peak, and prints the time overhead of
+   each.
 2. Profiles a small GPT-like JAX model (attention and MLP sublayers), solves it under a budget
    of 35% of its no-remat activation memory, prints the plan and the method comparison,
    measures the rematerialized training step with the program-order memory meter
@@ -22,10 +23,12 @@ def _solver_tables(num_budgets: int) -> None:
     from solver.compare import budget_range, compare_methods, format_table
 
     chains = {
-        "ResNet-like chain": resnet_like(),
-        "transformer-like chain": transformer_like(),
-        "random chain": random_chain(24, seed=0, max_size=1000),
+        "Synthetic ResNet-like chain": resnet_like(),
+        "Synthetic transformer-like chain": transformer_like(),
+        "Synthetic random chain": random_chain(24, seed=0, max_size=1000),
     }
+    print("Part 1: synthetic chains. Layer sizes and flop counts are computed from formulas "
+          "(solver.chains), no JAX model is run; time is counted in flops.")
     for name, chain in chains.items():
         print(f"\n== {name}: {chain.length} layers; time overhead vs no remat, per budget ==")
         print(format_table(compare_methods(chain, budget_range(chain, num_budgets))))
@@ -81,7 +84,8 @@ def _model_demo(plot: str | None) -> None:
     seq = jaxremat.remat_sequence(layers, "35%")
     remat_loss = lambda params, x: jnp.mean(seq(params, x) ** 2)
     plan = seq.plan(params, x)
-    print(f"\n== A GPT-like JAX model: {len(layers)} sublayers, x {tuple(x.shape)}, "
+    print(f"\n\nPart 2: a real JAX model, profiled from its jaxpr.\n"
+          f"== A GPT-like JAX model: {len(layers)} sublayers, x {tuple(x.shape)}, "
           "budget 35% of its no-remat activation memory ==")
     print(plan.report())
     print("\nEvery method on this model's chain, per budget (time overhead vs no remat):")
@@ -102,7 +106,13 @@ def _model_demo(plot: str | None) -> None:
           f"{format_bytes(plan.predicted_peak)}, budget {format_bytes(plan.budget)}; "
           f"measured/predicted {measured / plan.predicted_peak:.3f})")
     print(f"  flops          {flops(remat_loss) / flops(plain_loss):.3f}x the plain step "
-          f"(cost_analysis)")
+          f"(counted by XLA's cost_analysis on the whole gradient)")
+    print(f"  predicted time {plan.predicted_time / plan.no_remat_time:.3f}x the plain step "
+          "(the plan's cost model, above: per layer max(flops / peak flops,\n"
+          "                 bytes / bandwidth), bytes counted before XLA fuses element-wise "
+          "ops; these layers are\n"
+          "                 bandwidth-bound there, so recomputing them weighs more than in "
+          "flops)")
     print(f"  gradients      max |remat - plain| = {error:.2e}")
     if plot:
         try:

@@ -17,9 +17,11 @@ The number may be an integer, a decimal or use an exponent (``"2e9"``, ``"1.5GiB
 group digits with underscores (``"1_000_000"``); whitespace between number and unit is
 allowed. The result is rounded down to whole bytes and must be at least one byte.
 
-Where a sequence is known (``remat_sequence``, the Flax wrappers), a budget may also be a
-share of the memory the sequence needs without rematerialization: ``"40%"``
-(:func:`resolve_budget`).
+Where a sequence is known (``remat_sequence``, ``remat_graph``, the Flax wrappers), a budget
+may also be a share of the memory the sequence needs without rematerialization: ``"40%"``
+(:func:`resolve_budget`). A share above 100% (``"150%"``) is accepted: more than the plain
+function needs, so nothing is recomputed, and the printed plan says so. A share of 0% or
+less, or one that is not a number (``"lots%"``), is an error.
 
 :func:`format_bytes` (re-exported from :mod:`solver.errors`) goes the other way.
 """
@@ -31,12 +33,14 @@ import fractions
 import math
 import numbers
 import re
+from typing import Sequence
 
 import numpy as np
 
 from solver.errors import format_bytes
 
-__all__ = ["parse_budget", "resolve_budget", "check_budget", "format_bytes"]
+__all__ = ["parse_budget", "resolve_budget", "check_budget", "format_bytes", "is_share",
+           "empty_input_hint"]
 
 _MAX_EXPONENT = 60  # keeps "1e999999999" from building a gigantic integer
 _BINARY = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -138,7 +142,7 @@ def parse_budget(budget: int | float | str) -> int:
 
 def _share(budget: object) -> float | None:
     """``0.4`` for ``"40%"``; ``None`` when ``budget`` is not a percentage string."""
-    if not (isinstance(budget, str) and budget.strip().endswith("%")):
+    if not is_share(budget):
         return None
     try:
         share = float(budget.strip()[:-1]) / 100.0
@@ -150,6 +154,28 @@ def _share(budget: object) -> float | None:
             f"memory needed without rematerialization, e.g. '40%'; or give bytes: {_EXAMPLES}."
         )
     return share
+
+
+def is_share(budget: object) -> bool:
+    """Whether ``budget`` is a share of the no-remat memory such as ``"40%"``."""
+    return isinstance(budget, str) and budget.strip().endswith("%")
+
+
+def empty_input_hint(budget: object, shapes: Sequence[Sequence[int]]) -> str:
+    """What to tell a user whose share budget (``"40%"``) did not fit because the input is
+    empty (a zero-size batch, one of ``shapes`` has a 0 dimension); ``""`` otherwise.
+
+    On an empty batch the no-remat memory is only what does not grow with the batch
+    (scalars, constants), so a share of it is a few bytes that no plan fits."""
+    empty = [tuple(shape) for shape in shapes if 0 in tuple(shape)]
+    if not (is_share(budget) and empty):
+        return ""
+    return (
+        f"The input is empty (an array of shape {empty[0]}: a batch of zero examples), so "
+        f"{budget!r} is a share of almost nothing: on an empty batch the no-remat memory is "
+        "only what does not grow with the batch. Pass a batch with at least one example, or "
+        "give the budget in bytes (e.g. '512MiB')."
+    )
 
 
 def check_budget(budget: object) -> int | str:
@@ -169,7 +195,8 @@ def check_budget(budget: object) -> int | str:
 def resolve_budget(budget: int | float | str, no_remat_bytes: float) -> int:
     """The budget in bytes: :func:`parse_budget`'s, or for ``"40%"`` that share of
     ``no_remat_bytes`` (the predicted peak of the sequence storing every tape), rounded down,
-    at least one byte."""
+    at least one byte. A share above 100% gives more than ``no_remat_bytes``: the plan then
+    stores everything (:attr:`jaxremat.Plan.exceeds_no_remat`)."""
     check_budget(budget)
     share = _share(budget)
     if share is None:

@@ -25,6 +25,7 @@ import jax
 from jax.extend.core import Jaxpr, Var
 
 from .graph import _body, equation_flops
+from .jax_compat import lowered_cost_analysis
 from .meter import aval_nbytes
 from .trace import _dead_code_removed
 
@@ -32,14 +33,6 @@ __all__ = ["jaxpr_costs", "lowered_costs"]
 
 LAST_SOURCE: str | None = None
 """Which way :func:`lowered_costs` answered last: "lowered" or "jaxpr"."""
-
-
-def _as_dict(analysis: Any) -> dict[str, float] | None:
-    if isinstance(analysis, (list, tuple)):  # older JAX: one dict per computation
-        analysis = analysis[0] if analysis else None
-    if not analysis or "flops" not in analysis:
-        return None
-    return {key: float(value) for key, value in analysis.items() if isinstance(value, (int, float))}
 
 
 def _abstract(leaf: Any) -> Any:
@@ -81,7 +74,7 @@ def lowered_costs(fn: Callable, *args: Any) -> dict[str, float]:
     backend, and inside ``jax.shard_map``, which cannot lower a function on its own."""
     global LAST_SOURCE
     try:
-        found = _as_dict(jax.jit(fn).lower(*args).cost_analysis())
+        found = lowered_cost_analysis(jax.jit(fn).lower(*args))
     except ValueError:  # e.g. inside shard_map, where only an abstract mesh exists to lower on
         found = None
     LAST_SOURCE = "lowered"

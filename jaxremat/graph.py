@@ -31,6 +31,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 
 import solver
 
+from .jax_compat import as_jaxpr, is_call, sub_jaxprs
 from .meter import aval_nbytes
 
 __all__ = ["TracedGraph", "trace_graph", "equation_flops", "SOURCE", "TARGET"]
@@ -41,13 +42,15 @@ _CALL_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 
 
 def _body(eqn: JaxprEqn) -> Jaxpr | None:
-    """The body jaxpr of a call equation (``jit``, ``custom_vjp``...), or ``None``."""
+    """The body jaxpr of a call equation (``jit``, ``custom_vjp``, ``eval_jaxpr``, a
+    ``jax_remat3`` checkpoint...), or ``None``."""
     for key in _CALL_PARAMS:
-        body = eqn.params.get(key)
-        if isinstance(body, ClosedJaxpr):
-            return body.jaxpr
-        if isinstance(body, Jaxpr):
+        body = as_jaxpr(eqn.params.get(key))
+        if body is not None:
             return body
+    if is_call(eqn):
+        bodies = sub_jaxprs(eqn)
+        return bodies[0] if bodies else None
     return None
 
 

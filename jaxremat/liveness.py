@@ -13,7 +13,9 @@ import math
 from typing import Any, Callable, Iterable, NamedTuple
 
 import jax
-from jax.extend.core import DropVar, Jaxpr, Literal, jaxprs_in_params
+from jax.extend.core import DropVar, Jaxpr, Literal
+
+from .jax_compat import check_known, is_call, sub_jaxprs
 
 __all__ = ["LiveValue", "Walker", "aval_nbytes", "KEPT", "UNCOUNTED", "DEAD", "OUTSIDE"]
 
@@ -76,13 +78,10 @@ OUTSIDE = -1
 _Outputs = tuple[int, ...]
 KEPT, UNCOUNTED, DEAD = 0, 1, 2
 
-# Calls whose sub-program's inputs are the equation's operands, one to one, and which XLA
-# inlines: an operand they use last can be freed inside them. ``cond`` passes its operands
-# but the first (the branch index) to each branch.
-_CALLS = frozenset({
-    "jit", "pjit", "closed_call", "core_call", "remat2", "remat", "checkpoint",
-    "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
-})
+# Calls (:func:`jaxremat.jax_compat.is_call`): their sub-program's inputs are the
+# equation's operands, one to one, and XLA inlines them: an operand they use last can be
+# freed inside them. ``cond`` passes its operands but the first (the branch index) to each
+# branch.
 _LOOPS = ("scan", "while")
 
 
@@ -103,8 +102,8 @@ def _handover(eqn: Any) -> tuple[list[Jaxpr], int] | None:
     """``(bodies, first)`` for a call or ``cond`` ``eqn`` whose bodies' inputs are its
     operands ``first, first + 1, ...`` (``cond``'s operand 0 is the branch index), ``None``
     for loops, other primitives and mismatched arities (operands stay outside)."""
-    first = 0 if eqn.primitive.name in _CALLS else 1 if eqn.primitive.name == "cond" else None
-    bodies = list(jaxprs_in_params(eqn.params))
+    first = 0 if is_call(eqn) else 1 if eqn.primitive.name == "cond" else None
+    bodies = sub_jaxprs(eqn)
     if first is None or not bodies:
         return None
     if any(len(body.invars) != len(eqn.invars) - first for body in bodies):
@@ -216,8 +215,8 @@ class Walker:
             return max(subs, key=lambda s: s.peak.nbytes), set()
         handover = _handover(eqn)
         if handover is None:  # loops and other primitives: operands stay outside
-            subs = [self._sub(body, None, outputs, name in _LOOPS)
-                    for body in jaxprs_in_params(eqn.params)]
+            check_known(eqn)
+            subs = [self._sub(body, None, outputs, name in _LOOPS) for body in sub_jaxprs(eqn)]
             return (max(subs, key=lambda s: s.peak.nbytes) if subs else None), set()
         bodies, first = handover
         passed = [None if isinstance(v, Literal) else buffer(v) for v in eqn.invars[first:]]

@@ -17,7 +17,7 @@ from solver import Chain, Checkpoint, Layer, Schedule, format_bytes, format_plan
 from solver.compare import budget_range, compare_methods, format_table
 from solver.solve import ORACLE_METHODS
 
-from .budget import resolve_budget
+from .budget import empty_input_hint, resolve_budget
 from .profile import COSTS, LayerProfile, Profile
 
 __all__ = ["Plan", "check_method", "solve_plan"]
@@ -28,6 +28,13 @@ def _format_time(seconds: float) -> str:
         if abs(seconds) >= scale:
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds / 1e-9:.3g} ns"
+
+
+_TIME_SOURCE = {
+    "static": "roofline estimate from cost_analysis",
+    "flops": "flops from cost_analysis",
+    "measured": "timed on the device",
+}
 
 
 def chosen_options(plan: Any) -> dict[int, int]:
@@ -82,6 +89,9 @@ class Plan:
       batch_size: the ``jax.vmap`` batch the chain is multiplied by (1 without vmap).
       input_grad: whether the sequence's input was being differentiated when the plan was
         made; if not, the first layer was profiled without computing ``g[0]``.
+      scope: what the budget covers when a wrapper says so (``remat_blocks``: the blocks or
+        the whole training step, :class:`jaxremat.flax.model_scope.ScopeNote`); printed by
+        :meth:`report`.
     """
 
     chain: Chain
@@ -93,6 +103,7 @@ class Plan:
     layers: tuple[LayerProfile, ...]
     batch_size: int = 1
     input_grad: bool = True
+    scope: Any = None
 
     @property
     def predicted_peak(self) -> float:
@@ -117,6 +128,12 @@ class Plan:
     def no_remat_time(self) -> float:
         """Predicted time of the same step without recomputation."""
         return float(self.chain.fwd_time.sum() + self.chain.bwd_time.sum()) * self.batch_size
+
+    @property
+    def exceeds_no_remat(self) -> bool:
+        """Whether the budget is more than the sequence needs without remat (e.g. ``"150%"``):
+        then nothing is recomputed, and more budget would change nothing."""
+        return self.budget > self.no_remat_peak
 
     @property
     def policies(self) -> tuple[tuple[Any, ...], ...]:
@@ -194,14 +211,24 @@ class Plan:
                if self.schedule.method and self.schedule.method != self.method else "")
             + f", backend={self.backend!r}, costs={self.costs!r}"
             + (f", vmap batch {self.batch_size}" if self.batch_size > 1 else ""),
-            f"  budget          {format_bytes(self.budget)} ({self.budget} bytes)",
+            f"  {'blocks budget' if getattr(self.scope, 'scope', '') == 'model' else 'budget':<15} "
+            f"{format_bytes(self.budget)} ({self.budget} bytes)",
             f"  predicted peak  {format_bytes(self.predicted_peak)} "
             f"({self.predicted_peak / self.budget:.0%} of budget; no remat: "
             f"{format_bytes(self.no_remat_peak)})",
             f"  predicted time  {_format_time(self.predicted_time)} "
-            f"({self.predicted_time / max(self.no_remat_time, 1e-300):.3f}x no remat)",
+            f"({self.predicted_time / max(self.no_remat_time, 1e-300):.3f}x no remat; "
+            f"{_TIME_SOURCE.get(self.costs, self.costs)})",
             f"  plan            {format_plan(self.schedule.plan, names=self._option_names())}",
             f"  policies        {self.policy_summary() or 'none (whole tapes)'}",
+        ]
+        if self.scope is not None:
+            lines[1:1] = self.scope.lines()
+        if self.exceeds_no_remat:
+            lines.append(
+                f"  note            the budget exceeds what the plain sequence needs "
+                f"({format_bytes(self.no_remat_peak)}): nothing is recomputed")
+        lines += [
             "",
             f"  {'layer':>5} {'input':>11} {'tape':>11} {'fwd tmp':>11} {'bwd tmp':>11} "
             f"{'fwd':>9} {'tape fwd':>9} {'bwd':>9} {'runs':>4}  decision{per}",
@@ -279,12 +306,14 @@ def solve_plan(
     backend: str,
     batch_size: int = 1,
     input_grad: bool = True,
+    input_shapes: Sequence[Sequence[int]] = (),
 ) -> Plan:
     """Solve a profiled sequence under ``budget`` and bundle the result as a :class:`Plan`.
 
     ``budget`` is bytes, a string (``"512MiB"``) or a share of the no-remat peak (``"40%"``,
     :func:`jaxremat.budget.resolve_budget`), for the whole ``jax.vmap`` batch: the chain is
-    per example, so the solver gets ``budget / batch_size``.
+    per example, so the solver gets ``budget / batch_size``. ``input_shapes`` (the shapes of
+    the sequence's input leaves) let an infeasible share budget say that the batch is empty.
 
     Raises:
       solver.InfeasibleBudget: nothing fits; the message gives the smallest budget in bytes
@@ -298,7 +327,8 @@ def solve_plan(
         schedule = solver.solve(chain, budget_bytes / batch_size, method=method, slots=slots)
     except solver.InfeasibleBudget as error:
         raise solver.InfeasibleBudget(
-            budget_bytes, error.min_budget * batch_size, method, units="bytes"
+            budget_bytes, error.min_budget * batch_size, method, units="bytes",
+            hint=empty_input_hint(budget, input_shapes),
         ) from None
     return Plan(chain=chain, schedule=schedule, budget=budget_bytes, method=method,
                 backend=backend, costs=profile.costs, layers=profile.layers,

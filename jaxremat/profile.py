@@ -37,6 +37,17 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   last layer of a segment costs: JAX does not compute that layer's output when its backward
   does not read it (``solver.Chain.fwd_tape_time``). For a residual MLP block it leaves out
   the second matmul, about half the forward.
+* The derivative factors. The forward ``jax.grad`` runs for a layer that keeps its tape
+  (``F_all``: ``jax.vjp``'s forward) computes, besides the plain forward, the factors the
+  pullback reads (gelu's derivative, tanh's ``1 - y**2`` on JAX 0.11+); a forward that keeps
+  nothing (``F_ck``, ``F_none``) does not. The chain has one forward time, so with static
+  and flop costs the factors (vjp forward less plain forward) are charged to the backward,
+  which runs exactly once after each ``F_all``, and taken out of the tape-only forward,
+  which computes them too: ``fwd_time`` is the plain forward, ``bwd_time`` the pullback
+  plus the factors, ``fwd_tape_time`` the tape-only forward less the factors. Every
+  schedule's total is then the gradient's count (tests/test_profile.py); charged to the
+  forward instead, each recomputation was overestimated by the factors (JAX 0.11+ moved
+  tanh's ``1 - y**2`` from the pullback into the forward, so the error grew there).
 * ``fwd_time[i]`` / ``bwd_time[i]``: with ``costs="static"``, a roofline estimate from
   ``jax.jit(...).lower(...).cost_analysis()`` (lowered for the CPU on backends that give
   none before compiling, e.g. GPU: :mod:`jaxremat.costs`): ``max(flops / PEAK_FLOPS,
@@ -167,7 +178,8 @@ class LayerProfile:
       tape_bytes: ``xbar_size[i]`` (residuals kept for the backward, output included).
       fwd_tmp, bwd_tmp: transient bytes of the forward and of the backward.
       fwd_time, bwd_time: the chain's times (roofline or measured seconds).
-      fwd_flops, bwd_flops: ``cost_analysis()`` flops of the forward and of the backward.
+      fwd_flops, bwd_flops: ``cost_analysis()`` flops of the plain forward and of the
+        backward; the backward's include the derivative factors (module docstring).
       output_in_tape: whether the backward reads the layer's output (module docstring).
       fwd_tape_time, fwd_tape_flops: the same for the forward that builds only the tape
         (module docstring); ``fwd_tape_time <= fwd_time``.
@@ -226,6 +238,14 @@ def _measure(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str,
     fwd_flops, fwd_bytes = _flops_and_bytes(layer, p, x)
     tape_flops, tape_bytes = _flops_and_bytes(tape_forward(traced), p, x)
     bwd_flops, bwd_bytes = _flops_and_bytes(traced.pullback, list(traced.residuals), traced.cotangent)
+    # The derivative factors: what the vjp forward (F_all) computes beyond the plain forward
+    # (F_ck, F_none). Charged to the backward, which only runs after an F_all, and taken
+    # out of the tape-only forward, which computes them too (module docstring).
+    vjp_flops, vjp_bytes = _flops_and_bytes(tape_forward(traced, with_output=True), p, x)
+    factor_flops, factor_bytes = max(0.0, vjp_flops - fwd_flops), max(0.0, vjp_bytes - fwd_bytes)
+    bwd_flops, bwd_bytes = bwd_flops + factor_flops, bwd_bytes + factor_bytes
+    tape_flops = max(0.0, tape_flops - factor_flops)
+    tape_bytes = max(0.0, tape_bytes - factor_bytes)
     fwd_tmp, bwd_tmp = transients(traced, len(jax.tree.leaves(p)), tree_bytes(x))
     if costs == "measured":
         from .timing import measure_layer  # local: only measured costs need it

@@ -50,18 +50,19 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
-from jax.extend.core import ClosedJaxpr, DebugInfo, Jaxpr, Literal, jaxpr_as_fun
+from jax.extend.core import DebugInfo, Jaxpr, Literal, jaxpr_as_fun
 
 import solver
 from solver.errors import check_real
 from solver.graph.model import memory_of, strongly_connected
 
-from .budget import check_budget, format_bytes, resolve_budget
+from .budget import check_budget, empty_input_hint, format_bytes, resolve_budget
 from .graph import SOURCE, TARGET, TracedGraph, trace_graph
 from .graph_budget import fit_budget
+from .jax_compat import close_jaxpr
 from .meter import activation_memory
 from .trace_state import vmap_batch_size
-from .trees import abstractify, signature
+from .trees import abstractify, leaf_shapes, signature
 
 __all__ = ["GraphPlan", "RematGraph", "remat_graph"]
 
@@ -114,6 +115,8 @@ class GraphPlan:
         )
         if self.budget is not None:
             text += f"; measured {format_bytes(self.measured)} within a budget of {format_bytes(self.budget)}"
+            if not self.checkpoints.segments:
+                text += " (the budget covers what the plain function needs: nothing is recomputed)"
         return text
 
 
@@ -218,7 +221,7 @@ def _region_function(jaxpr: Jaxpr, ids, needed_after, saved_eqns) -> tuple[Calla
     """
     sub, inputs, outputs = _sub_jaxpr(jaxpr, ids, needed_after)
     if not saved_eqns.intersection(ids):
-        return jaxpr_as_fun(ClosedJaxpr(sub, [])), inputs, outputs
+        return jaxpr_as_fun(close_jaxpr(sub)), inputs, outputs
     chunks: list[list[int]] = [[]]
     for i in ids:
         if i in saved_eqns:
@@ -232,7 +235,7 @@ def _region_function(jaxpr: Jaxpr, ids, needed_after, saved_eqns) -> tuple[Calla
             (v for v in jaxpr.eqns[i].invars if not isinstance(v, Literal))
             for rest in chunks[k + 1:] for i in rest))
         piece, piece_in, piece_out = _sub_jaxpr(jaxpr, chunk, later)
-        pieces.append((jaxpr_as_fun(ClosedJaxpr(piece, [])), piece_in, piece_out, chunk[0] in saved_eqns))
+        pieces.append((jaxpr_as_fun(close_jaxpr(piece)), piece_in, piece_out, chunk[0] in saved_eqns))
 
     def run(*args):
         env = dict(zip(inputs, args))
@@ -385,7 +388,8 @@ class RematGraph:
             lowest = measure(fallback)
             if lowest > budget:
                 raise solver.InfeasibleBudget(budget, min(lowest, error.min_budget), "remat_graph",
-                                              units="bytes", exact=False) from None
+                                              units="bytes", exact=False,
+                                              hint=empty_input_hint(self.budget, leaf_shapes(x))) from None
             return dataclasses.replace(fallback, budget=budget, measured=int(lowest))
         return plan_of(keep_all if found is None else found, budget=budget, measured=int(measured))
 

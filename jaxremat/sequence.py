@@ -47,7 +47,7 @@ from .plan import Plan, check_settings, solve_plan
 from .policies import check_policies
 from .profile import profile_sequence
 from .trace_state import is_differentiated, vmap_batch_size
-from .trees import abstractify, check_layers, check_params, signature
+from .trees import abstractify, check_layers, check_params, leaf_shapes, signature
 
 __all__ = ["METHODS", "RematSequence", "remat_sequence"]
 
@@ -132,7 +132,8 @@ class RematSequence:
                                    input_grad=input_grad, policies=self._policies)
         self.profile_count += 1
         plan = solve_plan(profile, self._budget, method=self._method, slots=self._slots,
-                          backend=self._backend, batch_size=batch, input_grad=input_grad)
+                          backend=self._backend, batch_size=batch, input_grad=input_grad,
+                          input_shapes=leaf_shapes(abstract_x))
         self._cache.put(key, plan)
         return plan
 

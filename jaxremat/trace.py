@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import ClosedJaxpr, Literal, jaxpr_as_fun
 
+from .jax_compat import dce_jaxpr
+
 from .meter import aval_nbytes, inputs_read, program_memory
 from .trees import cotangent_struct, tree_bytes
 
@@ -115,18 +117,14 @@ def _dead_code_removed(closed: ClosedJaxpr, used_outputs: Sequence[bool]) -> Clo
     kept), as ``jax.grad`` does before running a forward pass: values that only feed
     residuals the pullback never reads are not computed at all.
 
-    Uses JAX's own dead-code elimination (``partial_eval.dce_jaxpr``, internal); without it
-    the jaxpr is returned unchanged, which overestimates the transients.
+    Uses JAX's own dead-code elimination (:func:`jaxremat.jax_compat.dce_jaxpr`); without
+    it the jaxpr is returned unchanged, which overestimates the transients.
     """
-    try:
-        from jax._src.interpreters.partial_eval import dce_jaxpr
-    except ImportError:  # pragma: no cover - a JAX refactor
-        return closed
-    jaxpr, _ = dce_jaxpr(closed.jaxpr, list(used_outputs), instantiate=True)
-    return ClosedJaxpr(jaxpr, closed.consts)
+    return dce_jaxpr(closed, used_outputs)
 
 
-def tape_forward(traced: "TracedLayer") -> Callable[[Any, Any], list[Any]]:
+def tape_forward(traced: "TracedLayer", *, with_output: bool = False
+                 ) -> Callable[[Any, Any], list[Any]]:
     """The forward that builds only the tape: ``(p, x) -> read residuals``.
 
     It is ``jax.vjp``'s forward cut down to the residuals the pullback reads; the output is
@@ -134,10 +132,14 @@ def tape_forward(traced: "TracedLayer") -> Callable[[Any, Any], list[Any]]:
     recomputed segment (``g[i+1]`` exists, so nothing else reads ``x[i+1]``, and the rest
     is dead code): ``solver.Chain.fwd_tape_time``. A residual block's last matmul, for
     instance, is not in it.
+
+    With ``with_output=True`` it returns the output too: the forward that ``jax.grad``
+    runs for a layer that keeps its tape (``F_all``), which computes the derivative factors
+    the pullback reads (gelu's, tanh's ``1 - y**2``) on top of the plain forward.
     """
     num_out = len(jax.tree.leaves(traced.output))
     run = jaxpr_as_fun(_dead_code_removed(traced.forward,
-                                          [False] * num_out + list(traced.residual_used)))
+                                          [with_output] * num_out + list(traced.residual_used)))
 
     def forward(p: Any, x: Any) -> list[Any]:
         return run(*jax.tree.leaves((p, x)))

@@ -15,14 +15,7 @@ import jax
 
 __all__ = ["vmap_batch_size", "is_differentiated"]
 
-try:  # JAX internals used to read vmap batch sizes and autodiff state at trace time
-    from jax._src.interpreters.ad import JVPTracer, LinearizeTracer
-    from jax._src.interpreters.batching import BatchTracer as _BatchTracer
-
-    _AD_TRACERS: tuple[type, ...] = (JVPTracer, LinearizeTracer)
-except ImportError:  # pragma: no cover - a JAX refactor: assume per example, input grads
-    _BatchTracer = None
-    _AD_TRACERS = ()
+from . import jax_compat
 
 
 def _tracer_chain(leaf: Any) -> Iterator[Any]:
@@ -33,7 +26,7 @@ def _tracer_chain(leaf: Any) -> Iterator[Any]:
         if not isinstance(value, jax.core.Tracer):
             return
         yield value
-        if _BatchTracer is not None and isinstance(value, _BatchTracer):
+        if jax_compat.BATCH_TRACER is not None and isinstance(value, jax_compat.BATCH_TRACER):
             value = value.val
         elif hasattr(value, "primal"):
             value = value.primal
@@ -51,7 +44,7 @@ def vmap_batch_size(tree: Any) -> int:
     for leaf in jax.tree.leaves(tree):
         size = 1
         for tracer in _tracer_chain(leaf):
-            if _BatchTracer is not None and isinstance(tracer, _BatchTracer):
+            if jax_compat.BATCH_TRACER is not None and isinstance(tracer, jax_compat.BATCH_TRACER):
                 if isinstance(tracer.batch_dim, int):
                     size *= int(tracer.val.shape[tracer.batch_dim])
         best = max(best, size)
@@ -61,7 +54,7 @@ def vmap_batch_size(tree: Any) -> int:
 def _any_autodiff_tracer(tree: Any) -> bool:
     """Whether some leaf of ``tree`` wraps an autodiff tracer."""
     return any(
-        isinstance(tracer, _AD_TRACERS)
+        isinstance(tracer, jax_compat.AD_TRACERS)
         for leaf in jax.tree.leaves(tree)
         for tracer in _tracer_chain(leaf)
     )
@@ -71,4 +64,4 @@ def is_differentiated(tree: Any) -> bool:
     """Whether some leaf of ``tree`` is being differentiated (wraps an autodiff tracer), so
     that the backward pass needs the gradient of the sequence's input. ``True`` when the
     tracer types cannot be seen (the conservative answer)."""
-    return _any_autodiff_tracer(tree) if _AD_TRACERS else True
+    return _any_autodiff_tracer(tree) if jax_compat.AD_TRACERS else True

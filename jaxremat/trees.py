@@ -68,6 +68,11 @@ def signature(tree: Any) -> tuple:
                            for leaf in leaves))
 
 
+def leaf_shapes(tree: Any) -> list[tuple[int, ...]]:
+    """The shapes of a pytree's leaves (to tell an empty batch in error messages)."""
+    return [tuple(np.shape(leaf)) for leaf in jax.tree.leaves(tree)]
+
+
 def cotangent_struct(leaf: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
     """The cotangent type of a value: itself if inexact, ``float0`` otherwise (ints, keys)."""
     if jax.dtypes.issubdtype(leaf.dtype, np.inexact):

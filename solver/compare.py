@@ -102,8 +102,10 @@ def compare_methods(
 def format_table(rows: Sequence[ComparisonRow], *, units: str = "bytes") -> str:
     """A text table: one line per budget, each method's time overhead in percent.
 
-    ``—`` marks a method that does not fit the budget; ``*`` marks a Rotor column whose
-    schedule came from a baseline (solve returns the fastest of the DP and the baselines).
+    ``—`` marks a method that does not fit the budget; ``*`` marks a Rotor cell whose
+    schedule came from a baseline (solve returns the fastest of the DP and the baselines;
+    the DP, on sizes rounded to budget/slots, can do no better than one), with a footnote
+    saying so in words.
     ``units="bytes"`` prints budgets in KiB/MiB/GiB, anything else as plain numbers.
     """
     if not rows:
@@ -125,6 +127,6 @@ def format_table(rows: Sequence[ComparisonRow], *, units: str = "bytes") -> str:
     render = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
     out = [render(header), render(["-" * w for w in widths])] + [render(r) for r in lines]
     if any(r.rotor_source not in (None, "rotor") for r in rows):
-        out.append("* solve's 'rotor' answer is a baseline's schedule here: the DP, on sizes "
-                   "rounded to budget/slots, did no better")
+        out.append("* the dynamic program found nothing better than a baseline here, so rotor "
+                   "uses that baseline's schedule (the one with the same overhead in the row)")
     return "\n".join(out)

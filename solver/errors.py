@@ -63,10 +63,14 @@ class InfeasibleBudget(ValueError):
       min_budget: the smallest budget for which the method finds a schedule (with
         ``exact=False``: the smallest one known to work, which a search did not prove least).
       method: the solver method.
+      exact: whether ``min_budget`` is proven least.
+
+    ``hint`` (optional) is appended to the message: a cause the caller knows of, such as an
+    empty batch, and what to do about it.
     """
 
     def __init__(self, budget: float, min_budget: float, method: str, units: str = "",
-                 exact: bool = True) -> None:
+                 exact: bool = True, hint: str = "") -> None:
         self.budget = budget
         self.min_budget = min_budget
         self.method = method
@@ -79,4 +83,5 @@ class InfeasibleBudget(ValueError):
         super().__init__(
             f"No {method!r} schedule fits a budget of {have}; the smallest budget that works "
             f"{'is' if exact else 'among those tried is'} {need}. Raise the budget to at least that, or choose another method."
+            + (f" {hint}" if hint else "")
         )

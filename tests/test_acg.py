@@ -8,10 +8,12 @@ graph, then every subset of inner vertices is tried.
 import itertools
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from solver import CheckpointSet, Graph, checkpoint_search
 from solver.graph.division import Complex, Parallel, Series, division_tree
+
+from tiers import sweep
 
 MAX_VERTICES = 12
 
@@ -181,7 +183,7 @@ def _check_result(graph, result):
     return mem, rc
 
 
-@settings(max_examples=70, deadline=None)
+@sweep(70, quick=15)
 @given(family_graphs())
 def test_least_memory_equals_brute_force(graph):
     result = checkpoint_search(graph)
@@ -191,7 +193,7 @@ def test_least_memory_equals_brute_force(graph):
     assert result.peak == pytest.approx(best)
 
 
-@settings(max_examples=15, deadline=None)
+@sweep(15, quick=4)
 @given(st.data())
 def test_every_family_is_covered(data):
     # Each family on its own (the mixed strategy above may under-sample one).

@@ -13,12 +13,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from solver import Graph, InfeasibleBudget, checkpoint_search, simulate_graph
-from solver import acg
+from solver.graph import search as acg
 from solver.graph.bounds import Lagrangian
 from solver.graph.dp import COMPLEX_LIMIT, TimeLimit, evaluate
 from solver.graph.simulator import schedule_graph
 
 from test_acg import BLOCKS, _Builder, _check_result, brute_all, family_graphs
+from tiers import sweep
 
 
 # --------------------------------------------------------------------------- budgets
@@ -33,13 +34,13 @@ def _check_budget(graph, where):
     assert result.recompute_lower_bound == result.recompute  # proven optimal
 
 
-@settings(max_examples=50, deadline=None)
+@sweep(50, quick=12)
 @given(family_graphs(), st.floats(0.0, 1.0))
 def test_budget_least_recompute_equals_brute_force(graph, where):
     _check_budget(graph, where)
 
 
-@settings(max_examples=12, deadline=None)
+@sweep(12, quick=3)
 @given(st.data())
 def test_budget_every_family_is_covered(data):
     # The Lagrangian bounds prune along the top-level division: each family on its own,
@@ -48,7 +49,7 @@ def test_budget_every_family_is_covered(data):
         _check_budget(data.draw(family_graphs(family)), data.draw(st.floats(0.0, 1.0)))
 
 
-@settings(max_examples=15, deadline=None)
+@sweep(15, quick=4)
 @given(family_graphs(), st.floats(0.0, 1.0), st.integers(1, 4), st.sampled_from([8, 1000]))
 def test_budget_one_ratio_subset_sum_equals_brute_force(graph, where, ratio, front_limit):
     # Every vertex costs the same per byte (Inception-v3's ReLUs at a large budget): the
@@ -72,7 +73,7 @@ def test_budget_abandoned_evaluations_stay_exact(graph, where, front_limit):
         _check_budget(graph, where)
 
 
-@settings(max_examples=15, deadline=None)
+@sweep(15, quick=4)
 @given(family_graphs(), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
 def test_budget_fractional_sizes(graph, where, seed):
     sizes = np.random.default_rng(seed).uniform(0.1, 5.0, len(graph))
@@ -103,7 +104,7 @@ def test_lagrangian_bound_never_drops_a_completable_set(items, used, room, limit
         assert kept[0]
 
 
-@settings(max_examples=20, deadline=None)
+@sweep(20, quick=5)
 @given(family_graphs())
 def test_budget_below_optimum_is_infeasible(graph):
     least = checkpoint_search(graph).peak
@@ -145,7 +146,7 @@ class _StopAfter:
         return evaluate(node, ctx, needs)
 
 
-@settings(max_examples=25, deadline=None)
+@sweep(25, quick=6)
 @given(family_graphs(), st.floats(0.0, 1.0), st.data())
 def test_time_limit_lower_bound_is_below_the_optimum(graph, where, data):
     # Stop the budgeted search at every possible evaluation: the set returned fits, and the
@@ -167,7 +168,7 @@ def test_time_limit_lower_bound_is_below_the_optimum(graph, where, data):
     assert result.recompute_lower_bound <= rc
 
 
-@settings(max_examples=30, deadline=None)
+@sweep(30, quick=8)
 @given(family_graphs(), st.floats(0.0, 1.0), st.sampled_from([0.05, 0.2, 0.5]))
 def test_budget_gap_bounds_the_recompute(graph, where, gap):
     table = brute_all(graph)
@@ -197,7 +198,7 @@ def test_invalid_arguments():
 
 
 # --------------------------------------------------------------------------- linear graphs
-@settings(max_examples=40, deadline=None)
+@sweep(40, quick=10)
 @given(st.lists(st.integers(0, 60), min_size=3, max_size=40))
 def test_linear_graph_matches_min_peak_chain(sizes):
     from solver.chain.min_peak import min_peak_chain
@@ -248,7 +249,7 @@ def test_too_large_complex_block_is_refused():
 
 
 # --------------------------------------------------------------------------- simulator
-@settings(max_examples=60, deadline=None)
+@sweep(60, quick=15)
 @given(family_graphs())
 def test_simulator_agrees_with_the_model(graph):
     result = checkpoint_search(graph)

@@ -120,7 +120,7 @@ def test_remat_blocks_instance_budget_is_not_ignored():
 def test_remat_blocks_attribute_must_be_a_list():
     cls = remat_blocks("blocks", budget="1MiB")(type("Tower", (Tower,), {}))
     model = cls(nnx.Linear(4, 4, rngs=nnx.Rngs(0)))
-    with pytest.raises(TypeError, match=r"Tower\.blocks is a Linear; .*list of modules"):
+    with pytest.raises(TypeError, match=r"Tower\.blocks is one Linear, not a list of modules"):
         model(jnp.ones((2, 4)))
 
 
@@ -134,3 +134,39 @@ def test_revolve_min_budget_works_on_matmul_layers():
     least = int(np.ceil(info.value.min_budget))
     out = jaxremat.remat_sequence(layers, least, method="revolve")(params, x)
     np.testing.assert_allclose(out, x)
+
+
+def test_a_share_budget_on_an_empty_batch_says_the_batch_is_empty():
+    layers = [lambda p, h: jnp.tanh(h @ p)] * 3
+    params, empty = [jnp.eye(4)] * 3, jnp.ones((0, 4))
+    said = r"input is empty \(an array of shape \(0, 4\).*at least one example, or give the budget in bytes"
+    with pytest.raises(solver.InfeasibleBudget, match=said):
+        jaxremat.remat_sequence(layers, "40%").plan(params, empty)
+    with pytest.raises(solver.InfeasibleBudget, match=said):
+        jaxremat.remat_graph(lambda p, h: jnp.tanh(h @ p[0]) @ p[1], "40%").plan(params[:2], empty)
+    model = RematSequential(*[nnx.Linear(4, 4, rngs=nnx.Rngs(0)) for _ in range(3)], budget="40%")
+    with pytest.raises(solver.InfeasibleBudget, match=said):
+        model.plan(empty)
+    # In bytes, or with examples in the batch, the message has no such note.
+    with pytest.raises(solver.InfeasibleBudget) as info:
+        jaxremat.remat_sequence(layers, 8).plan(params, empty)
+    assert "empty" not in str(info.value)
+    with pytest.raises(solver.InfeasibleBudget) as info:
+        jaxremat.remat_sequence(layers, "10%").plan(params, jnp.ones((64, 4)))
+    assert "empty" not in str(info.value)
+
+
+def test_remat_blocks_on_a_scanned_stack_names_the_route_for_scanned_stacks():
+    # The blocks of a scanned stack are one module whose parameters are stacked by nnx.vmap.
+    @nnx.split_rngs(splits=3)
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def stacked(rngs):
+        return nnx.Linear(4, 4, rngs=rngs)
+
+    for scope in ("model", "blocks"):
+        cls = remat_blocks("blocks", budget="1MiB", scope=scope)(type("Tower", (Tower,), {}))
+        model = cls(stacked(nnx.Rngs(0)))
+        assert model.blocks.kernel.shape == (3, 4, 4)
+        with pytest.raises(TypeError, match=r"scanned stack .*nnx\.vmap.*jaxremat\.remat_scan\("
+                                            r"layer, budget\).*or unroll the stack into an nnx\.List"):
+            model(jnp.ones((2, 4)))

@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -22,6 +24,7 @@ def _run(*args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # subprocess runs of the benchmark scripts
 def test_jax_memory_with_device_columns():
     out = _run("benchmarks/jax_memory.py", "--model", "mlp", "--budgets", "0.5",
                "--methods", "rotor,every_layer", "--device-columns", "on", "--no-peak")
@@ -35,6 +38,7 @@ def test_jax_memory_with_device_columns():
     assert "cost analysis: lowered" in out  # XLA answers on CPU
 
 
+@pytest.mark.slow
 def test_device_profile_plans_with_both_cost_models():
     out = _run("benchmarks/device_profile.py", "--model", "mlp", "--scale", "1")
     rows = {line.split()[0]: line.split() for line in out.splitlines()
@@ -50,3 +54,11 @@ def test_gpu_checks_script_parses_and_names_its_parts():
     text = open(script).read()
     for part in re.findall(r"gpu_checks\.sh (\w+) ", text):  # the usage lines at the top
         assert f"part_{part}()" in text, part
+
+
+def test_scan_depth_quick_runs():
+    out = _run("benchmarks/scan_depth.py", "--quick")
+    assert re.search(r"^32 +remat_scan .*cached", out, re.M)
+    assert re.search(r"^8 +scan\+nothing_saveable", out, re.M)
+    rows = [line for line in out.splitlines() if re.match(r"\d+ +remat_scan (25|50|75)%", line)]
+    assert len(rows) == 9  # three depths, three budgets: a figure or the budget that works

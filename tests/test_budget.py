@@ -185,3 +185,50 @@ def _plain(layers, params, x):
     for layer, p in zip(layers, params):
         x = layer(p, x)
     return x
+
+
+def test_a_share_over_100_percent_means_no_remat_and_the_plan_says_so():
+    import jax.numpy as jnp
+
+    import jaxremat
+
+    layers = [lambda w, x: jnp.tanh(x @ w)] * 4
+    params = [jnp.eye(16) * 0.5] * 4
+    x = jnp.ones((8, 16))
+    roomy = jaxremat.remat_sequence(layers, "150%").plan(params, x)
+    assert roomy.budget == int(1.5 * roomy.no_remat_peak)
+    assert roomy.forward_counts == [1] * 4  # every tape stored
+    assert roomy.exceeds_no_remat and "exceeds what the plain sequence needs" in str(roomy)
+    exact = jaxremat.remat_sequence(layers, "100%").plan(params, x)
+    assert not exact.exceeds_no_remat and "exceeds" not in str(exact)
+    tight = jaxremat.remat_sequence(layers, "60%").plan(params, x)
+    assert not tight.exceeds_no_remat and max(tight.forward_counts) > 1
+
+
+@pytest.mark.parametrize("bad", ["0%", "-5%", "lots%", "0.0 %"])
+def test_a_share_of_zero_or_not_a_number_names_the_fix(bad):
+    import jax.numpy as jnp
+
+    import jaxremat
+
+    with pytest.raises(ValueError, match=r"positive percentage .* e\.g\. '40%'; or give bytes"):
+        jaxremat.remat_sequence([lambda w, x: x @ w], bad)
+    with pytest.raises(ValueError, match="positive percentage"):
+        jaxremat.remat_graph(lambda w, x: jnp.tanh(x @ w), bad)
+
+
+def test_remat_graph_takes_shares_and_notes_a_budget_over_the_plain_memory():
+    import jax.numpy as jnp
+
+    import jaxremat
+
+    fn = lambda p, x: jnp.tanh(jnp.tanh(jnp.tanh(x @ p[0]) @ p[1]) @ p[2])  # noqa: E731
+    params = [jnp.eye(16) * 0.5] * 3
+    x = jnp.ones((8, 16))
+    plain = jaxremat.activation_memory(lambda p, x: jnp.sum(fn(p, x)), params, x)
+    roomy = jaxremat.remat_graph(fn, "150%").plan(params, x)
+    assert roomy.budget == int(1.5 * plain) and roomy.measured == plain
+    assert "nothing is recomputed" in str(roomy)
+    tight = jaxremat.remat_graph(fn, "85%").plan(params, x)
+    assert tight.measured <= tight.budget == int(0.85 * plain)
+    assert "nothing is recomputed" not in str(tight)

@@ -175,6 +175,7 @@ def test_measured_within_the_smallest_budget(stack, backend):
         assert jaxremat.activation_memory(loss(seq), params, x) <= budget, method
 
 
+@pytest.mark.slow  # a large instance: remat_graph plans a vmapped dense block twice
 def test_remat_graph_under_vmap_measures_the_vmapped_program():
     # A dense block (each conv reads the concatenation of all previous features) under
     # vmap: vmap's batching of conv and concatenate adds buffers, so batch x one example's

@@ -18,6 +18,7 @@ import sys
 import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+pytestmark = pytest.mark.slow  # end to end, in the slow tier (-m slow)
 
 
 @functools.cache

@@ -324,7 +324,7 @@ class RematTower(Tower):
 
 def test_decorator_matches_the_loop_and_keeps_the_state_tree(x):
     plain, remat = Tower(DEPTH), RematTower(DEPTH)
-    assert max(remat.plan_blocks(remat.embed(x)).forward_counts) > 1
+    assert max(remat.plan_blocks(x).forward_counts) > 1  # scope="model": the model's input
     plain_paths = [p for p, _ in nnx.to_flat_state(nnx.state(plain))]
     assert [p for p, _ in nnx.to_flat_state(nnx.state(remat))] == plain_paths
     losses, grads, state = run_steps(remat, x)
@@ -335,11 +335,18 @@ def test_decorator_matches_the_loop_and_keeps_the_state_tree(x):
 
 
 def test_decorator_budget_override_and_errors(x):
-    tower = RematTower(3)
-    h = tower.embed(x)
-    assert tower.plan_blocks(h, budget=10**9).budget == 10**9
+    tower = RematTower(3)  # scope="model": the budget is the whole step's
+    assert tower.plan_blocks(x, budget=10**9).scope.budget == 10**9
     tower.remat_budget = "90%"
-    assert tower.plan_blocks(h).budget == int(0.9 * tower.plan_blocks(h).no_remat_peak)
+    whole = tower.plan_blocks(x).scope
+    assert whole.budget == int(0.9 * whole.no_remat) and whole.measured <= whole.budget
+    blocks_only = remat_blocks("blocks", budget="45%", scope="blocks", name="run")(
+        type("BlocksTower", (Tower,), {"__call__": lambda self, x: self.head(
+            self.run(self.embed(x)))}))(3)
+    h = blocks_only.embed(x)
+    assert blocks_only.plan_blocks(h, budget=10**9).budget == 10**9
+    blocks_only.remat_budget = "90%"
+    assert blocks_only.plan_blocks(h).budget == int(0.9 * blocks_only.plan_blocks(h).no_remat_peak)
 
     @remat_blocks("layers")
     class NoBudget(nnx.Module):

@@ -16,6 +16,8 @@ from solver import IlpSolution, TrainingGraph, ilp_min_peak, solve_ilp
 from solver.ilp.model import IlpModel
 from solver.chain.rotor import RotorTable, rotor_min_budget
 
+from tiers import sweep
+
 
 # --------------------------------------------------------------------------- checkers
 def replay(graph: TrainingGraph, order) -> tuple[float, float]:
@@ -220,6 +222,7 @@ def residual(blocks: int, sizes) -> Graph:
     return Graph.from_edges(edges, dict(zip(names, sizes)))
 
 
+@pytest.mark.slow  # large instances for the ILP
 @pytest.mark.parametrize("seed", range(2))
 def test_tight_budgets_on_medium_graphs(seed):
     # Long backward stages with checkpoints held across recomputations: the returned
@@ -389,7 +392,7 @@ def small_graphs(draw) -> Graph:
     return Graph.from_edges(sorted(edges), sizes, costs)
 
 
-@settings(max_examples=20, deadline=None)
+@sweep(20, quick=5)
 @given(small_graphs())
 def test_slot_cuts_keep_the_optimum_on_random_graphs(graph):
     _check_slot_cuts(graph)
@@ -499,7 +502,7 @@ def test_window_cuts_keep_the_optimum_on_unit_chains(length, budget):
     assert _optimum(training, budget, reductions=False) == pytest.approx(result.fun)
 
 
-@settings(max_examples=15, deadline=None)
+@sweep(15, quick=4)
 @given(small_graphs())
 def test_window_cuts_keep_the_optimum_on_random_graphs(graph):
     training = TrainingGraph.from_graph(graph)

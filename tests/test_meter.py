@@ -4,7 +4,9 @@ Notation (``dense_chain``): float32 everywhere; ``A = B * D * 4`` bytes is one a
 of the dense chains (batch ``B``, width ``D``), ``W = D * D * 4`` one weight. With
 ``B = 64, D = 32``: ``W = A/2``. Each derivation follows the jaxpr that
 ``jax.make_jaxpr(jax.grad(...))`` prints (jax 0.10). Calls, control flow and nested
-checkpoints are in ``test_meter_calls.py``.
+checkpoints are in ``test_meter_calls.py``. Where the derivation differs between JAX 0.10
+and 0.11+ it counts ``Y`` (``dense_chain``: 1 where tanh's tape holds its output, JAX 0.10,
+whose tape is ``y`` and ``1 - y``; 0 where it is ``one_minus_square(y)`` alone, JAX 0.11+).
 """
 
 import math
@@ -15,7 +17,8 @@ import numpy as np
 import pytest
 from jax.extend.core import AbstractToken
 
-from dense_chain import A, B, D, W, X, all_eqns, layer, per_layer_checkpoint, plain, segments, sin_loss, weights
+from dense_chain import (A, B, D, W, X, Y, all_eqns, layer, per_layer_checkpoint, plain, segments,
+                         sin_loss, weights)
 from jaxremat import activation_memory
 from jaxremat.meter import MemoryReport, aval_nbytes, program_memory
 
@@ -63,17 +66,18 @@ def test_program_memory_of_one_layer():
 @pytest.mark.parametrize("n_layers", [1, 4, 16])
 def test_plain_versus_checkpoint_per_layer(n_layers):
     L = n_layers
-    # Plain: layer i's forward is d = x_i @ w (temporary), y_i = tanh d, f_i = 1 - y_i; its
-    # tape is y_i and f_i (2A; x_i is y_{i-1}, already stored). After the forward: x_0 + 2L
-    # arrays; the seed g adds 1. Backward of the last layer: k = g*f_L -> (2L+3) A; then
-    # each layer frees two arrays before the next one starts, and the dW temporary
-    # (2iA + W) stays below that while W <= 3A. Peak (2L+3) A.
-    assert activation_memory(plain, weights(L), X) == (2 * L + 3) * A
+    # Plain: layer i's forward is d = x_i @ w (temporary), y_i = tanh d, f_i = its tape
+    # (1 - y_i; JAX 0.11+: 1 - y_i^2). The layer inputs x_1..x_{L-1} are the y_i, stored
+    # for the next layer's dW; y_L is stored only where the tape holds it (Y). After the
+    # forward: x_0..x_{L-1}, f_1..f_L, Y y_L = 2L + Y arrays; the seed g adds 1. Backward
+    # of the last layer: k = g*f_L -> (2L+2+Y) A; then each layer frees its arrays before
+    # the next one starts, and the dW temporary (2iA + W) stays below that while W <= 3A.
+    assert activation_memory(plain, weights(L), X) == (2 * L + 2 + Y) * A
     # Checkpoint per layer: the forward keeps only the layer inputs x_0..x_{L-1}
     # (y_L dies after the loss), the seed g makes it (L+1) A. The last layer's backward is
-    # a remat equation whose body recomputes d, y (1A), then 1 - y, g*(1-y), ... with
-    # at most 3 arrays live inside (W <= 2A): peak (L+1) A + 3 A = (L+4) A.
-    assert activation_memory(per_layer_checkpoint, weights(L), X) == (L + 4) * A
+    # a remat equation whose body recomputes d, y (1A), then its tape, g*tape, ... with
+    # at most 2 + Y arrays live inside (W <= 2A): peak (L+1) A + (2+Y) A = (L+3+Y) A.
+    assert activation_memory(per_layer_checkpoint, weights(L), X) == (L + 3 + Y) * A
     # The saving is one array per layer (the tape f_i) minus the recomputation's 1 A.
     saving = activation_memory(plain, weights(L), X) - activation_memory(
         per_layer_checkpoint, weights(L), X
@@ -88,14 +92,14 @@ def test_sqrt_segments(n_layers, size):
     # k = L / size segments. Forward: x_0 and the k - 1 segment outputs that feed the next
     # segment (the last one dies after the loss) = k arrays, + the seed g. The backward of
     # the last segment recomputes its forward inside its remat body, keeping the size - 1
-    # inputs of its inner layers; the inner remat of its last layer adds 3 A (as above).
-    # Peak: (k + 1) A + (size - 1) A + 3 A = (k + size + 3) A, minimal (2 sqrt(L) + 3) A at
-    # size = sqrt(L), against (L + 4) A for a checkpoint per layer.
+    # inputs of its inner layers; the inner remat of its last layer adds (2+Y) A (as above).
+    # Peak: (k + 1) A + (size - 1) A + (2+Y) A = (k + size + 2 + Y) A, minimal
+    # (2 sqrt(L) + 2 + Y) A at size = sqrt(L), against (L + 3 + Y) A for a checkpoint per layer.
     k = n_layers // size
     measured = activation_memory(lambda ws, x: segments(ws, x, size), weights(n_layers), X)
-    assert measured == (k + size + 3) * A
+    assert measured == (k + size + 2 + Y) * A
     if size * size == n_layers:
-        assert measured == (2 * math.isqrt(n_layers) + 3) * A
+        assert measured == (2 * math.isqrt(n_layers) + 2 + Y) * A
         assert measured < activation_memory(per_layer_checkpoint, weights(n_layers), X)
 
 
@@ -115,15 +119,16 @@ def test_checkpoint_policies():
     nothing = activation_memory(chain(policies.nothing_saveable), weights(L), X)
     dots = activation_memory(chain(policies.dots_saveable), weights(L), X)
     everything = activation_memory(chain(policies.everything_saveable), weights(L), X)
-    # nothing_saveable is the default: a checkpoint per layer, (L + 4) A.
-    assert nothing == (L + 4) * A
+    # nothing_saveable is the default: a checkpoint per layer, (L + 3 + Y) A.
+    assert nothing == (L + 3 + Y) * A
     # dots_saveable keeps each pre-activation d_i = x_i @ w besides the layer inputs: after
     # the loss, x_0..x_{L-1} and d_1..d_L + the seed g = (2L + 1) A. The last layer's remat
     # gets d_L, x_{L-1}, g, all used last there, so it owns them (3 A of the 2L + 1): its
-    # body q = tanh d_L (d_L then dies), r = 1 - q, s = g * r holds x_{L-1}, g, q, r, s =
-    # 5 A at s, and 5 A again at u = s + s * q. Peak (2L - 2) A + 5 A = (2L + 3) A. (The
-    # old rule, operands live until the remat returns, gave (2L + 1) A + 3 A = (2L + 4) A.)
-    assert dots == (2 * L + 3) * A
+    # body q = tanh d_L (d_L then dies), r = its tape, s = g * r holds x_{L-1}, g, q, r, s =
+    # 5 A at s (JAX 0.10: and 5 A again at u = s + s * q; JAX 0.11+ frees q at r: 4 + Y).
+    # Peak (2L - 2) A + (4 + Y) A = (2L + 2 + Y) A. (The old rule, operands live until the
+    # remat returns, gave (2L + 1) A + 3 A = (2L + 4) A.)
+    assert dots == (2 * L + 2 + Y) * A
     assert nothing < dots <= everything
 
 
@@ -157,7 +162,7 @@ def test_params_and_gradients_not_counted(n_bias):
     params = {"w": weights(1)[0], "b": jnp.ones(n_bias, jnp.float32)}
     measured = activation_memory(biased_loss, params, X)
     assert measured == activation_memory(lambda p, x: plain([p["w"]], x), params, X)
-    assert measured == 5 * A  # (2L + 3) A with L = 1
+    assert measured == (4 + Y) * A  # (2L + 2 + Y) A with L = 1
     # The same program with every input and output counted sees b (4 n_bias bytes).
     closed = jax.make_jaxpr(jax.grad(biased_loss))(params, X)
     everything = program_memory(closed, exclude_inputs=False, count_outputs=True)
@@ -208,7 +213,9 @@ def test_detail_report():
     assert isinstance(report, MemoryReport)
     assert report.peak == activation_memory(lambda ws, x: segments(ws, x, 4), weights(16), X)
     assert sum(v.nbytes for v in report.live) == report.peak
-    assert [name for _, name in report.location] == ["remat2", "remat2", "mul"]
+    # the peak: the innermost remat's g * tape (JAX 0.10), or its tanh (0.11+, whose tape
+    # is made from y right after it)
+    assert [name for _, name in report.location] == ["remat2", "remat2", "mul" if Y else "tanh"]
     assert report.where().startswith("eqn ") and " > " in report.where()
     text = str(report)
     assert "peak" in text and "float32[64,32]" in text

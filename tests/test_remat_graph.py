@@ -12,11 +12,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from jaxremat import activation_memory, remat_graph
 from jaxremat.graph import SOURCE, TARGET, equation_flops, trace_graph
+
+from dense_chain import Y  # 1 where tanh's tape holds its output (JAX 0.10), else 0
+from tiers import sweep
 
 B, D = 16, 32
 A = B * D * 4
@@ -116,20 +119,24 @@ def test_least_memory_plan(name):
     measured = activation_memory(g, params, X)
     # Feng & Huang's model leaves out gradients and transients, which at most double it here
     assert measured <= 2 * (plan.predicted + A)
-    assert measured < 0.5 * plain, (measured / A, plain / A)
+    # (0.44 for with_calls on JAX 0.10, 0.52 on 0.11+, whose tanh tape is one array, not two)
+    assert measured < 0.55 * plain, (measured / A, plain / A)
 
 
 def test_residual_mlp_keeps_block_outputs():
     plan = remat_graph(residual_mlp).plan(MLP, X)
     # A block is three vertices of one activation each: dot-tanh, dot-tanh and the residual
-    # add. The least memory keeps 4 vertices, all residual adds (block outputs).
+    # add. The least memory keeps 4 vertices, all residual adds (block outputs). Plain, a
+    # block stores x, the first tanh's output (the second matmul's input) and a tape per
+    # tanh, plus y where tanh's tape holds it (Y, dense_chain: JAX 0.10): (4 + Y) A.
     traced = trace_graph(residual_mlp, MLP, X)
     kept = plan.checkpoints.checkpoints
     assert [plan.graph.size(v) for v in kept] == [A] * 4
     assert {traced.closed.jaxpr.eqns[v].primitive.name for v in kept} == {"add"}
     assert len(plan.regions) == 5
-    assert activation_memory(residual_mlp, MLP, X) == 43 * A
-    assert activation_memory(remat_graph(residual_mlp), MLP, X) == 16 * A  # measured
+    assert activation_memory(residual_mlp, MLP, X) == (8 * (4 + Y) + 3) * A
+    # measured: (14 + 2 Y) A, the block being recomputed holding both tanh tapes
+    assert activation_memory(remat_graph(residual_mlp), MLP, X) == (14 + 2 * Y) * A
 
 
 def test_jit_vmap_and_cache():
@@ -170,7 +177,7 @@ def programs(draw):
 
 
 @pytest.mark.filterwarnings("ignore:checkpoint_search. a complex division")
-@settings(max_examples=12, deadline=None)
+@sweep(12, quick=4)
 @given(programs())
 def test_random_dags(program):
     edges, side_outputs = program
@@ -236,7 +243,9 @@ def test_forward_only_results_are_not_vertices():
     assert_same(loss(with_running_mean), loss(g), CALLS, X)
     for a, b in zip(g(CALLS, X)[1], with_running_mean(CALLS, X)[1]):
         np.testing.assert_allclose(a, b, rtol=1e-6)
-    assert activation_memory(loss(g), CALLS, X) < 0.6 * activation_memory(loss(with_running_mean), CALLS, X)
+    without_means = lambda p, x: with_running_mean(p, x)[0]  # noqa: E731
+    assert activation_memory(loss(g), CALLS, X) == activation_memory(remat_graph(without_means), CALLS, X)
+    assert activation_memory(loss(g), CALLS, X) < 0.7 * activation_memory(loss(with_running_mean), CALLS, X)
 
 
 def test_errors():
@@ -281,6 +290,7 @@ print(len(jax.devices()), float(loss), float(loss0), max(gap, gap1), len(g.plan(
 """
 
 
+@pytest.mark.slow  # a subprocess with 4 host devices
 def test_sharded_batch_equals_unsharded():
     # a fresh process: the host device count must be set before JAX starts
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

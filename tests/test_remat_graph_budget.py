@@ -6,13 +6,15 @@ Memory is in units of one activation ``A`` of the models in ``test_remat_graph.p
 import jax
 import jax.numpy as jnp
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 import solver
 from jaxremat import activation_memory, remat_graph
 from jaxremat.costs import lowered_costs
+from dense_chain import Y
 from test_remat_graph import (MLP, MODELS, X, A, _random_program, assert_regions_valid, assert_same,
                                matrix, programs, residual_mlp)
+from tiers import sweep
 
 
 def _memories(fn, params):
@@ -43,23 +45,29 @@ def _flops(fn, params):
 
 def test_kept_values_are_not_recomputed():
     # With a budget the kept vertices are saved (or run outside any checkpoint), so the
-    # flops follow the plan's recompute. Checkpointing every region instead, as the
-    # least-memory plan does, recomputes them: 1.29x the plain flops at this budget.
+    # extra flops are the plan's recompute (a share of the forward's cost). Checkpointing
+    # every region instead, as the least-memory plan does, recomputes them: 1.29x the plain
+    # flops at this budget. (The plan differs by version: on JAX 0.10, tanh's tape holds y
+    # beside 1 - y, and dropping y costs 0.4% of the forward; on 0.11+ the tape is one
+    # array and the plan recomputes a block, 19%.)
     plain = activation_memory(residual_mlp, MLP, X)
     g = remat_graph(residual_mlp, int(0.9 * plain))
     plan = g.plan(MLP, X)
     assert plan.saved or not all(plan.checkpointed)
-    assert plan.recompute < 0.01
-    assert _flops(g, MLP) <= 1.01 * _flops(residual_mlp, MLP)
+    assert plan.recompute < 0.25
+    forward = lowered_costs(residual_mlp, MLP, X)["flops"]
+    extra = _flops(g, MLP) - _flops(residual_mlp, MLP)
+    assert extra <= plan.recompute * forward + 0.01 * _flops(residual_mlp, MLP)
 
 
 def test_least_model_memory_is_not_least_measured():
-    # The least-memory set of the model measures 16 A; probing the sets just above it finds
-    # one of 14 A with less recompute, so a budget under 16 A is met.
+    # The least-memory set of the model measures (14 + 2 Y) A (test_remat_graph); probing
+    # the sets just above it finds one of (13 + Y) A with less recompute, so a budget under
+    # the least-memory set's is met.
     plain, least = _memories(residual_mlp, MLP)
-    assert least == 16 * A
+    assert least == (14 + 2 * Y) * A
     plan = remat_graph(residual_mlp, least - 1).plan(MLP, X)
-    assert plan.measured == 14 * A
+    assert plan.measured == (13 + Y) * A
     assert plan.recompute < remat_graph(residual_mlp).plan(MLP, X).recompute
 
 
@@ -112,7 +120,7 @@ def test_malformed_budget(budget):
 
 
 @pytest.mark.filterwarnings("ignore:checkpoint_search. a complex division")
-@settings(max_examples=6, deadline=None)
+@sweep(6, quick=2)
 @given(programs())
 def test_random_dags_under_a_budget(program):
     # Saved kept values inside regions, plain regions of kept values only, side outputs and

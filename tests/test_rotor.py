@@ -27,6 +27,7 @@ from solver import Chain, Checkpoint, InfeasibleBudget, Layer, make_schedule, si
 from solver.chain.rotor import RotorTable, min_peak_schedule, plan_from_decisions, rotor_min_budget
 
 from plans import check_exact
+from tiers import sweep
 
 INF = math.inf
 
@@ -140,7 +141,7 @@ def check_every_budget(chain: Chain) -> None:
     assert table.schedule(max(top - 1, 1)).time == chain.fwd_time.sum() + chain.bwd_time.sum()
 
 
-@settings(max_examples=300, deadline=None)
+@sweep(300, quick=75)
 @given(integer_chains())
 def test_matches_reference_at_every_budget(chain):
     check_every_budget(chain)
@@ -280,6 +281,7 @@ def test_rejects_bad_table_arguments():
         table.schedule(11.0)
 
 
+@pytest.mark.slow  # a large instance: 1100 layers
 def test_deeply_nested_schedule_beyond_the_recursion_limit():
     # A homogeneous chain at its minimum budget keeps one extra activation: checkpoints
     # nest ~L deep, more than Python's default recursion limit of 1000.
@@ -304,7 +306,7 @@ def test_flagged_chains_match_reference_at_every_budget(chain):
     check_every_budget(chain)
 
 
-@settings(max_examples=300, deadline=None)
+@sweep(300, quick=75)
 @given(integer_chains(max_layers=4, flagged=True))
 def test_flagged_dp_is_exact_over_every_plan(chain):
     """At every integer budget the DP's time is the least flagged simulated time of the plans

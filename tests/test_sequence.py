@@ -68,7 +68,8 @@ def sum_loss(run):
 # ------------------------------------------------------------------------- memory, flops
 
 
-@pytest.mark.parametrize("backend", ["checkpoint", "custom_vjp"])
+@pytest.mark.parametrize("backend", [  # a sweep of 4 budgets x 4 methods: one backend by default
+    "checkpoint", pytest.param("custom_vjp", marks=pytest.mark.slow)])
 def test_predicted_peak_matches_meter_and_flops_fall_with_budget(backend):
     layers, params, x = dense_stack()
     plain_loss = sum_loss(lambda p, x: plain(layers, p, x))
@@ -289,6 +290,7 @@ _SHARDED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a subprocess with 4 host devices
 def test_sharded_inputs_on_four_host_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu")

@@ -16,6 +16,8 @@ from solver.chain.exhaustive import exhaustive_optimum, replay
 from solver.chain.rotor import RotorTable, rotor_min_budget
 from solver.solve import METHODS, solve
 
+from tiers import sweep
+
 
 def random_real_chain(rng: np.random.Generator, length: int) -> Chain:
     x = rng.uniform(0.1, 10.0, length + 1)
@@ -181,7 +183,7 @@ def tapeless_chains(draw, max_layers=4):
     return Chain(fwd_time=ints(L, 0, 4), bwd_time=ints(L, 0, 4), x_size=x, xbar_size=x[1:])
 
 
-@settings(max_examples=40, deadline=None)
+@sweep(40, quick=10)
 @given(tapeless_chains(), st.floats(0.0, 1.0))
 def test_ilp_between_exhaustive_and_rotor(chain, fraction):
     # Every Rotor schedule is in the ILP's class and every ILP schedule is a sequence of

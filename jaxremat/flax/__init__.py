@@ -4,8 +4,12 @@ NNX (first class; :mod:`jaxremat.flax.nnx`):
 
 * :class:`RematSequential` -- drop-in for ``nnx.Sequential``.
 * :func:`remat_blocks` -- class decorator adding ``self.run_blocks(x)`` for a model whose
-  blocks live in a list attribute.
+  blocks live in a list attribute; the budget bounds the whole training step
+  (``scope="model"``, :mod:`jaxremat.flax.model_scope`) or the blocks alone
+  (``scope="blocks"``).
 * :func:`run_modules` / :func:`plan_modules` -- the functional forms.
+* :func:`activation_memory` -- program-order memory of a module's training step
+  (``activation_memory(model, loss_fn, *batch)``; BatchNorm and Dropout included).
 * :class:`RematModule` -- any module (branches, concatenations, residuals) run with
   :func:`jaxremat.remat_graph`'s checkpoints (:mod:`jaxremat.flax.graph`).
 
@@ -16,9 +20,11 @@ Importing ``jaxremat`` does not import Flax; importing ``jaxremat.flax`` does.
 """
 
 from .graph import RematModule
-from .nnx import RematSequential, plan_modules, remat_blocks, run_modules
+from .meter import activation_memory
+from .blocks import remat_blocks
+from .nnx import RematSequential, plan_modules, run_modules
 
-__all__ = ["RematModule", "RematSequential", "remat_blocks", "run_modules", "plan_modules", "linen", "nnx"]
+__all__ = ["activation_memory", "RematModule", "RematSequential", "remat_blocks", "run_modules", "plan_modules", "linen", "nnx"]
 
 
 def __getattr__(name: str):

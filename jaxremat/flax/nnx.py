@@ -7,19 +7,9 @@ Two forms, one mechanism:
       model = jaxremat.flax.RematSequential(block1, block2, ..., budget="256MiB")
       y = model(x)
 
-* :func:`remat_blocks` -- a class decorator for a model whose ``__call__`` loops over a list
-  attribute of blocks (a transformer's ``self.blocks``). The decorator adds a method
-  ``run_blocks(x)``; the model changes by the decorator line and the loop line::
-
-      @jaxremat.flax.remat_blocks("blocks", budget="1GiB")
-      class GPT(nnx.Module):
-          ...
-          def __call__(self, tokens):
-              h = self.embed(tokens)
-              h = self.run_blocks(h)          # was: for block in self.blocks: h = block(h)
-              return self.head(h)
-
-  The model's state tree is unchanged (``blocks/0/...``), so existing checkpoints load.
+* :func:`jaxremat.flax.remat_blocks` (:mod:`jaxremat.flax.blocks`) -- a class decorator
+  for a model whose ``__call__`` loops over a list attribute of blocks; it runs them with
+  :func:`run_modules`.
 
 How: when a call is traced, each layer is split (``nnx.split``) into a graph definition and
 its state, and the pure functions ``(state, x) -> merge(graphdef, state)(x)`` are profiled
@@ -71,9 +61,9 @@ from ..plan import Plan, check_settings, solve_plan
 from ..policies import check_policies
 from ..profile import Profile, profile_sequence
 from ..trace_state import is_differentiated, vmap_batch_size
-from ..trees import abstractify, signature
+from ..trees import abstractify, leaf_shapes, signature
 
-__all__ = ["RematSequential", "remat_blocks", "plan_modules", "run_modules"]
+__all__ = ["RematSequential", "plan_modules", "run_modules"]
 
 _CACHE_SIZE = 128
 _profiles: "collections.OrderedDict[tuple, Profile]" = collections.OrderedDict()
@@ -174,7 +164,8 @@ def plan_pure_layers(
                                    input_grad=input_grad, policies=menu)
         _remember(_profiles, profile_key, profile)
     plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend,
-                      batch_size=batch, input_grad=input_grad)
+                      batch_size=batch, input_grad=input_grad,
+                      input_shapes=leaf_shapes(abstract_x))
     return _remember(_plans, plan_key, plan)
 
 
@@ -310,89 +301,3 @@ class RematSequential(nnx.Sequential):
 
     def __getitem__(self, index: int) -> Any:
         return self.layers[index]
-
-
-def remat_blocks(
-    attribute: str = "blocks",
-    *,
-    budget: Any = None,
-    method: str = "rotor",
-    slots: int = 500,
-    costs: str = "static",
-    name: str = "run_blocks",
-    policies: Any = None,
-) -> Callable[[type], type]:
-    """Class decorator adding ``self.<name>(*args)``, which runs ``self.<attribute>`` (a
-    list of modules, e.g. an ``nnx.List`` of transformer blocks) in sequence under the
-    budget, as :class:`RematSequential` does (see the module docstring).
-
-    Args:
-      attribute: the attribute holding the blocks.
-      budget: the default budget (bytes, ``"512MiB"`` or ``"40%"``). An instance attribute
-        ``remat_budget``
-        overrides it (``model.remat_budget = jaxremat.budget_from_device(...)``), and so
-        does ``budget=`` passed to the method call. The budget must be known when the
-        method first runs.
-      method, slots, costs, policies: as for :class:`RematSequential`.
-      name: the name of the added method (default ``run_blocks``); also adds
-        ``plan_<attribute>(*args)`` returning the :class:`jaxremat.Plan`.
-
-    Returns:
-      The decorator; it returns the same class with the two methods added.
-    """
-    check_settings(method, costs, slots)
-    if budget is not None:
-        check_budget(budget)
-    settings = dict(method=method, slots=slots, costs=costs, policies=check_policies(policies))
-
-    def budget_of(self: Any, override: Any) -> Any:
-        if override is not None:
-            return override
-        instance = getattr(self, "remat_budget", None)
-        return budget if instance is None else instance
-
-    def blocks_of(self: Any) -> list:
-        try:
-            blocks = getattr(self, attribute)
-        except AttributeError:
-            raise AttributeError(
-                f"{type(self).__name__} has no attribute {attribute!r}: remat_blocks"
-                f"({attribute!r}) needs the blocks in self.{attribute} (a list of modules)."
-            ) from None
-        try:
-            return list(blocks)
-        except TypeError:
-            raise TypeError(
-                f"{type(self).__name__}.{attribute} is a {type(blocks).__name__}; "
-                f"remat_blocks({attribute!r}) needs a list of modules there (e.g. nnx.List)."
-            ) from None
-
-    def run(self: Any, *args: Any, budget: Any = None) -> Any:
-        chosen = budget_of(self, budget)
-        check_budget(chosen)
-        return run_modules(blocks_of(self), *args, budget=chosen, **settings)
-
-    def plan(self: Any, *args: Any, budget: Any = None) -> Plan:
-        chosen = budget_of(self, budget)
-        check_budget(chosen)
-        return plan_modules(blocks_of(self), *args, budget=chosen, **settings)
-
-    run.__doc__ = (f"Run ``self.{attribute}`` in sequence under the activation budget "
-                   "(jaxremat.flax.remat_blocks).")
-    plan.__doc__ = f"The jaxremat Plan that ``self.{name}`` uses for these arguments."
-
-    def decorate(cls: type) -> type:
-        if not (isinstance(cls, type) and issubclass(cls, nnx.Module)):
-            raise TypeError(f"remat_blocks decorates nnx.Module classes, got {cls!r}.")
-        for method_name, fn in ((name, run), (f"plan_{attribute}", plan)):
-            if method_name in cls.__dict__:
-                raise TypeError(
-                    f"{cls.__name__} already defines {method_name!r}; pick another name with "
-                    f"remat_blocks(..., name=...)."
-                )
-            fn.__name__ = method_name
-            fn.__qualname__ = f"{cls.__qualname__}.{method_name}"
-            setattr(cls, method_name, fn)
-        return cls
-
-    return decorate

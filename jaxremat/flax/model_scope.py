@@ -1,0 +1,310 @@
+"""A budget for the whole training step of a model whose blocks :func:`remat_blocks` runs.
+
+``remat_blocks(..., scope="model")`` (the default) reads the budget as a bound on the whole
+training step -- the layers before the blocks (embedding), the blocks, the layers after
+them (head) and the loss -- which is what a user sees on the device, rather than on the
+blocks alone (``scope="blocks"``). Only the blocks are rematerialized, so the step's memory
+is a function of the blocks' budget ``b``:
+
+* ``measured(b)`` is :func:`jaxremat.flax.activation_memory` of the step (program order,
+  parameters and their gradients excluded) with the blocks planned under ``b``;
+* ``b`` ranges from the blocks' least feasible budget to their no-remat peak; the largest
+  ``b`` whose measurement fits the budget is found by bisection, as
+  :mod:`jaxremat.graph_budget` does for ``remat_graph`` (the measurement is a step function
+  of ``b``, growing with it); a schedule measured before is not measured again;
+* every-layer checkpointing is measured too (for ``method="rotor"``): the chain's predicted
+  peaks are not the measured ones, and at the memory ``nnx.remat`` on every block uses, the
+  bisection alone found a nested plan with 10 % more flops on the GPT example. The answer
+  is the candidate of least predicted time whose measurement fits.
+
+Guarantee: the measured step of the chosen plan is at most the budget. The step measured is
+either the model's call with a loss of its outputs (``loss=``, default their sum: the loss
+``remat_graph`` measures with), found when ``run_blocks`` is first traced, or, exactly, the
+user's ``loss_fn(model, *batch)`` given to ``model.fit_blocks(loss_fn, *batch)`` before
+training; a fit is cached per model definition, call signature and budget.
+
+While a step is measured, ``run_blocks`` plans under the probed ``b`` (a thread-local
+*probe*), and the decorated ``__call__`` records its arguments so that ``run_blocks``, which
+only sees the blocks' input, knows the call it belongs to.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import threading
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+
+import solver
+
+from ..budget import format_bytes, resolve_budget
+from .meter import activation_memory
+
+__all__ = ["SCOPES", "ScopeNote", "record_calls", "current_call", "probe", "fit", "fit_step",
+           "fitted", "summed", "measure_call", "LEAST", "NO_REMAT"]
+
+SCOPES = ("model", "blocks")
+
+LEAST = "least"  # a blocks' budget: the least that the method fits
+NO_REMAT = "100%"  # a blocks' budget: store everything
+_STEPS = 8
+_CACHE_SIZE = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopeNote:
+    """What a plan's budget covers, for :meth:`jaxremat.Plan.report`.
+
+    Attributes:
+      scope: ``"model"`` (the whole training step) or ``"blocks"`` (the blocks only).
+      budget: with ``"model"``, the whole step's budget in bytes.
+      measured: the whole step's measured memory with this plan (bytes).
+      no_remat: the whole step's measured memory without remat (bytes).
+      step: what was measured, in words.
+    """
+
+    scope: str
+    budget: int | None = None
+    measured: int | None = None
+    no_remat: int | None = None
+    step: str = ""
+
+    def lines(self) -> list[str]:
+        if self.scope == "blocks":
+            return ["  scope           the blocks only (scope='blocks'): not the layers around "
+                    "them, nor the loss"]
+        lines = [
+            f"  scope           the whole training step ({self.step}), measured with "
+            "activation_memory",
+            f"  whole step      {format_bytes(self.measured)} of a {format_bytes(self.budget)} "
+            f"budget (no remat: {format_bytes(self.no_remat)}); the blocks' budget below is "
+            "what fits it",
+        ]
+        if self.budget > self.no_remat:
+            lines.append("  note            the budget exceeds what the plain model needs: "
+                         "nothing is recomputed")
+        return lines
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, tuple, dict]] = []
+        self.probes: list[dict] = []
+
+
+_state = _State()
+_fits: "collections.OrderedDict[tuple, tuple[Any, ScopeNote]]" = collections.OrderedDict()
+
+
+def record_calls(cls: type) -> None:
+    """Wrap ``cls.__call__`` so that :func:`current_call` can see a call's arguments."""
+    original = cls.__call__
+
+    @functools.wraps(original)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        _state.calls.append((self, args, kwargs))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _state.calls.pop()
+
+    cls.__call__ = __call__
+
+
+def current_call(model: Any) -> tuple[tuple, dict] | None:
+    """The arguments of the innermost running ``model(...)`` call, or ``None``."""
+    for entry, args, kwargs in reversed(_state.calls):
+        if entry is model:
+            return args, kwargs
+    return None
+
+
+def probe() -> dict | None:
+    """The probe of the measurement running now, or ``None``: ``{"choice": {"budget": b,
+    "method": m}, "plan": ..., "call": ...}``; ``run_blocks`` plans with ``choice`` and
+    writes the plan and the model call it belongs to."""
+    return _state.probes[-1] if _state.probes else None
+
+
+@contextlib.contextmanager
+def _probing(choice: dict) -> Iterator[dict]:
+    entry = {"choice": choice, "plan": None, "call": None}
+    _state.probes.append(entry)
+    try:
+        yield entry
+    finally:
+        _state.probes.pop()
+
+
+def summed(out: Any) -> jax.Array:
+    """The sum of the floating-point leaves of ``out``: the default loss to measure with."""
+    leaves = [jnp.sum(jnp.real(leaf)) for leaf in jax.tree.leaves(out)
+              if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
+    return sum(leaves, jnp.zeros((), jnp.float32))
+
+
+class _Known(Exception):
+    """Raised by :func:`planned_under_probe` to stop a measurement whose blocks' schedule
+    was measured before: the trace stops at the blocks, and the known value is reused."""
+
+
+def planned_under_probe(entry: dict, plan: Any, call: Any) -> None:
+    """Note the blocks' plan and the model call in the probe ``entry``; stop the
+    measurement (:class:`_Known`) when this schedule has been measured already."""
+    entry["plan"], entry["call"] = plan, call
+    if _schedule_key(plan) in entry["known"]:
+        raise _Known()
+
+
+def _schedule_key(plan: Any) -> str:
+    return repr((plan.chain.length, plan.schedule.plan))
+
+
+def _measurer(measure: Callable[[], int]) -> Callable[[dict], tuple[int, dict]]:
+    """Measure the step with the blocks planned by ``choice``: ``(bytes, probe entry)``.
+    Bisection often lands on a schedule already measured; that measurement is reused."""
+    known: dict[str, int] = {}
+
+    def measured(choice: dict) -> tuple[int, dict]:
+        with _probing(choice) as entry:
+            entry["known"] = known
+            try:
+                value = int(measure())
+            except _Known:
+                value = known[_schedule_key(entry["plan"])]
+        if entry["plan"] is not None:
+            known[_schedule_key(entry["plan"])] = value
+        if entry["plan"] is None:
+            raise RuntimeError(
+                "run_blocks did not run inside the model's __call__ while the step was "
+                "measured: call it from __call__ (and the model from the loss), or use "
+                "remat_blocks(..., scope='blocks').")
+        return value, entry
+    return measured
+
+
+def _search(measured: Callable[[dict], tuple[int, dict]], budget: Any, *, method: str,
+            batch: int, step: str) -> tuple[dict, ScopeNote, Any]:
+    """The fastest blocks' plan (least predicted time) whose measured step fits ``budget``.
+
+    Candidates: ``method`` at the blocks' least budget, then at budgets bisected between
+    that and their no-remat peak (the largest that fits is the fastest of these), and, for
+    ``"rotor"``, every-layer checkpointing (the chain's predicted peaks are not the
+    measured ones, so the bisection alone can miss a baseline that fits). Returns
+    ``(choice, note, plan)``: the blocks' ``{"budget", "method"}`` (an int budget is for
+    the whole ``vmap`` batch), what the plan prints, and the blocks' plan (per example).
+    """
+    plain, entry = measured({"budget": NO_REMAT, "method": method})
+    limit = resolve_budget(budget, plain * batch) / batch  # per example, as measured
+    note = functools.partial(ScopeNote, "model", int(limit * batch), no_remat=plain * batch,
+                             step=step)
+    if plain <= limit:
+        return {"budget": NO_REMAT, "method": method}, note(measured=plain * batch), entry["plan"]
+    top = entry["plan"].no_remat_peak
+    fitting, tried = [], []
+
+    def consider(choice: dict) -> tuple[bool, Any]:
+        value, seen = measured(choice)
+        tried.append(value)
+        if value <= limit:
+            fitting.append((seen["plan"].predicted_time, value, choice, seen["plan"]))
+        return value <= limit, seen["plan"]
+
+    fits, least = consider({"budget": LEAST, "method": method})
+    if fits:
+        low, high = least.budget, top
+        for _ in range(_STEPS):
+            if high - low <= 0.01 * top:
+                break
+            middle = int((low + high) // 2)
+            if consider({"budget": middle, "method": method})[0]:
+                low = middle
+            else:
+                high = middle
+    if method == "rotor":
+        consider({"budget": LEAST, "method": "every_layer"})
+    if not fitting:
+        raise solver.InfeasibleBudget(
+            limit * batch, min(tried) * batch, f"remat_blocks (whole step, {method})",
+            units="bytes", exact=False,
+            hint=f"The layers around the blocks and the loss hold about "
+                 f"{format_bytes(max(plain - top, 0) * batch)} without remat; "
+                 "remat_blocks(..., scope='blocks') bounds the blocks alone.")
+    _, value, choice, plan = min(fitting, key=lambda c: (c[0], c[1]))
+    if isinstance(choice["budget"], int):
+        choice = dict(choice, budget=choice["budget"] * batch)
+    return choice, note(measured=value * batch), plan
+
+
+def _remember(cache: collections.OrderedDict, key: tuple, value: Any) -> Any:
+    cache[key] = value
+    if len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+    return value
+
+
+def fit(key: tuple, measure: Callable[[], int], budget: Any, *, batch: int = 1, step: str,
+        method: str) -> tuple[dict, ScopeNote, Any]:
+    """The blocks' plan whose measured whole step fits ``budget`` (cached under ``key``).
+
+    Args:
+      key: the cache key (model definition, call signature, budget, settings, step).
+      measure: runs the whole step's :func:`jaxremat.flax.activation_memory`; the blocks
+        plan as probed while it runs.
+      budget: the whole step's budget (bytes, ``"512MiB"``, or ``"40%"`` of its measured
+        no-remat memory), for the whole ``vmap`` batch; ``measure`` sees one example.
+      batch: the ``vmap`` batch.
+      step: what is measured, in words (printed by the plan).
+      method: the blocks' method.
+
+    Returns:
+      ``(choice, note, plan)`` (:func:`_search`).
+
+    Raises:
+      solver.InfeasibleBudget: no plan tried fits; ``min_budget`` is the least measured
+        whole step among them (for the whole batch).
+    """
+    if key not in _fits:
+        _remember(_fits, key, _search(_measurer(measure), budget, method=method, batch=batch,
+                                      step=step))
+    return _fits[key]
+
+
+_explicit: "collections.OrderedDict[tuple, tuple[dict, ScopeNote, Any]]" = collections.OrderedDict()
+
+
+def fitted(key: tuple) -> tuple[dict, ScopeNote, Any] | None:
+    """What :func:`fit_step` fitted for this call of the model, or ``None``."""
+    return _explicit.get(key)
+
+
+def fit_step(model: Any, loss_fn: Callable[..., Any], batch: tuple, budget: Any, *,
+             method: str, key_of: Callable[[tuple, dict], tuple]) -> tuple[dict, ScopeNote, Any]:
+    """Fit the blocks' plan to the measured step ``loss_fn(model, *batch)`` and remember it
+    for the model call that step makes (``key_of(args, kwargs)`` of that call), so that the
+    training step plans with it."""
+    measured = _measurer(lambda: activation_memory(model, loss_fn, *batch))
+    calls = []
+
+    def noting(choice: dict) -> tuple[int, dict]:
+        value, entry = measured(choice)
+        calls.append(entry["call"])
+        return value, entry
+
+    name = getattr(loss_fn, "__name__", "loss_fn")
+    result = _search(noting, budget, method=method, batch=1, step=f"{name}(model, *batch)")
+    if calls[0] is None:
+        raise RuntimeError(f"run_blocks ran outside the model's __call__ while {name}(model, "
+                           "*batch) was measured; use remat_blocks(..., scope='blocks').")
+    return _remember(_explicit, key_of(*calls[0]), result)
+
+
+def measure_call(model: Any, args: tuple, kwargs: dict, loss: Callable[[Any], Any]) -> Callable[[], int]:
+    """A ``measure`` for :func:`fit`: ``model(*args, **kwargs)`` with ``loss`` of its outputs
+    (``args`` are arrays; ``kwargs`` are held fixed)."""
+    return lambda: activation_memory(model, lambda m, *a: loss(m(*a, **kwargs)), *args)

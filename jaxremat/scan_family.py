@@ -1,0 +1,143 @@
+"""Nested-scan plans for a homogeneous chain, and the exact choice among them.
+
+A stack of ``L`` identical layers run with ``lax.scan`` can only be checkpointed in ways a
+fixed number of nested scans expresses, so that the program does not grow with ``L``. This
+module describes that family, turns each member into the equivalent ``solver.Plan`` of the
+unrolled chain, costs it with the chain simulator (:func:`solver.make_schedule`, i.e.
+:func:`solver.simulate`) and picks the fastest member that fits a budget.
+
+The family (:class:`NestedScan`). A member is a tuple of segment lengths ``sizes = (k1, k2,
+..., kd)``, ``k1 > k2 > ... > kd >= 1``, one per checkpointing level. ``d = 0`` stores every tape (a plain scan).
+Level ``j`` cuts a run of ``n`` layers into pieces of ``kj`` layers plus, when ``kj`` does
+not divide ``n``, one remainder piece of ``n mod kj`` layers first (:func:`pieces`; first
+rather than last, so that the last piece, run inline and not recomputed, is a whole one). Every piece but the last is a ``jax.checkpoint`` segment (equal pieces
+run as one ``lax.scan`` over checkpointed segments), applying level ``j + 1`` to its own
+layers when it is recomputed; the last piece is not checkpointed: level ``j + 1`` applies
+to it inline. After the last level, a run of layers is a plain scan keeping every tape.
+A level whose ``kj`` is not less than the run's length is skipped for that run.
+Checkpointing the last piece would be wasted work: it would be recomputed right after it
+ran (and ``solver.validate_plan`` forbids a segment body that ends in a checkpoint for
+that reason). With ``k1 >= L / 2`` a member is "checkpoint the
+first ``L - k1`` layers as one segment, store the tapes of the last ``k1``", the shape
+Rotor's plans take at generous budgets.
+
+The choice (:func:`choose`) is exact within the family, by best-first search on the
+simulated time (:mod:`jaxremat.scan_simulate` runs the simulator, replaying the segments a
+homogeneous chain repeats; the member chosen is simulated again op by op). Adding a level below a member (``sizes + (k,)``) turns stored runs into
+nested ones, which only adds forward operations (each checkpointed piece of ``p`` layers
+adds ``p - 1`` forwards and one tape-only forward), so a member's simulated time bounds the
+time of all its descendants from below. Starting from every member with at most one level,
+the search pops members in order of time and expands the ones over budget; the first
+member popped that fits is the fastest of the family. The levels below ``k1`` take the
+divisor-like lengths ``ceil(k / m)`` (:func:`inner_sizes`), so that the family stays small:
+``k1`` takes every length. ``tests/test_scan.py`` checks the choice by brute force over the
+whole family (:func:`family`) on small chains with random costs.
+
+Reference: Beaumont et al., "Optimal checkpointing for heterogeneous chains" (Rotor,
+arXiv:1911.13214) for the chain model and the persistent plans; the nested-scan shape is
+that of ``jax.checkpoint`` inside ``lax.scan`` (MaxText's ``scan_layers``), cut into levels
+as in Chen et al.'s sqrt(L) checkpointing (arXiv:1604.06174, section 4.2, recursion).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import math
+
+import solver
+from solver import Chain, Schedule, make_schedule
+
+from .scan_members import NestedScan, family, inner_sizes, pieces, solver_plan
+from .scan_simulate import is_homogeneous, simulate_member
+
+__all__ = ["NestedScan", "pieces", "inner_sizes", "solver_plan", "family",
+           "choose", "Choice", "member_schedule",
+           "FamilyInfeasible"]
+
+_PEAK_TOLERANCE = 1e-9  # as solver.solve: the DP and the simulator sum sizes in other orders
+
+
+class FamilyInfeasible(solver.InfeasibleBudget):
+    """No member fits; ``.member`` and ``.schedule`` are the member of least peak."""
+
+    def __init__(self, budget: float, min_budget: float, member: NestedScan,
+                 schedule: Schedule) -> None:
+        super().__init__(budget, min_budget, "remat_scan")
+        self.member, self.schedule = member, schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The member :func:`choose` picked, its simulated schedule, and the search's effort."""
+
+    member: NestedScan
+    schedule: Schedule
+    evaluated: int
+
+
+class _Search:
+    """Members of one chain costed by the simulator: on a homogeneous chain through
+    :func:`jaxremat.scan_simulate.simulate_member` (replays repeated segments, equals
+    ``solver.simulate``), otherwise each distinct plan once by ``solver.make_schedule``."""
+
+    def __init__(self, chain: Chain, loop_margin: float, memo: dict | None) -> None:
+        self.chain, self.loop_margin = chain, loop_margin
+        self.memo: dict | None = None
+        if is_homogeneous(chain):
+            self.memo = {} if memo is None else memo
+        self.seen: set = set()
+        self.heap: list = []
+        self.counter = itertools.count()
+        self.min_peak = math.inf
+        self.smallest: NestedScan | None = None
+
+    def push(self, member: NestedScan) -> None:
+        if self.memo is None:
+            plan = solver_plan(member, self.chain.length)
+            if plan in self.seen:
+                return
+            self.seen.add(plan)
+            schedule = make_schedule(self.chain, plan, method="remat_scan")
+            time, peak = schedule.time, schedule.peak
+        else:
+            self.seen.add(member)
+            time, peak = simulate_member(self.chain, member, self.memo)
+        peak += (member.levels + 1) * self.loop_margin
+        if peak < self.min_peak:
+            self.min_peak, self.smallest = peak, member
+        heapq.heappush(self.heap, (time, peak, member.levels, next(self.counter), member))
+
+
+def choose(chain: Chain, budget: float, *, max_levels: int = 2,
+           loop_margin: float = 0.0, memo: dict | None = None) -> Choice:
+    """The fastest member of the family with at most ``max_levels`` levels whose simulated
+    peak, plus ``loop_margin`` per ``lax.scan`` level (``levels + 1``), fits ``budget``
+    (ties: the lower peak, then fewer levels). ``memo``: a dict to keep the simulator's
+    segment records in between calls on the same chain.
+
+    Raises:
+      FamilyInfeasible (a ``solver.InfeasibleBudget``): no member fits; ``.min_budget`` is
+        the least peak (margin included) in the family (every member was costed by then),
+        ``.member`` the member that has it.
+    """
+    search = _Search(chain, loop_margin, memo)
+    search.push(NestedScan())
+    if max_levels >= 1:
+        for k in range(1, chain.length):
+            search.push(NestedScan((k,)))
+    while search.heap:
+        _, peak, levels, _, member = heapq.heappop(search.heap)
+        if peak <= budget * (1 + _PEAK_TOLERANCE):
+            return Choice(member, member_schedule(chain, member), len(search.seen))
+        if 1 <= levels < max_levels:
+            for k in inner_sizes(member.sizes[-1]):
+                search.push(NestedScan(member.sizes + (k,)))
+    smallest = search.smallest
+    raise FamilyInfeasible(budget, search.min_peak, smallest, member_schedule(chain, smallest))
+
+
+def member_schedule(chain: Chain, member: NestedScan) -> Schedule:
+    """``member``'s plan on ``chain``, costed by the simulator."""
+    return make_schedule(chain, solver_plan(member, chain.length), method="remat_scan")

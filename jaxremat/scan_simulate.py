@@ -1,0 +1,146 @@
+"""``solver.simulate`` of a nested-scan plan, replaying repeated segments.
+
+A nested-scan plan repeats the same segment (same length, same body) many times along a
+homogeneous chain, and Rotor's simulator (:func:`solver.apply_op`) does the same thing to
+each: the ops of a segment ``[a, b)`` read and write only the bits of ``x[a..b]``,
+``tape[a-1..b-1]`` and ``g[a..b]`` of the simulator's state, and on a chain whose per-layer
+costs are all equal they add the same time, change memory by the same amount and reach the
+same height above the memory they start from, wherever ``a`` is, when those bits start
+alike. :func:`simulate_member` runs the simulator op by op and records, for each segment's
+forward (``F_ck``, ``F_none`` ...) and for each segment's recomputation and backward, the
+bits it leaves, its time, its memory change and its peak above its start; a later segment
+of the same shape starting from the same bits (shifted) is replayed from the record (runs of stored layers are cut into runs of powers of two for that). The
+result is exactly ``solver.simulate(chain, solver.plan_to_ops(plan, L))`` (checked on every
+member of the family of small chains in tests/test_scan.py), at a cost of about the
+number of segments plus the stored layers' ops instead of every op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import solver
+from solver import Chain, OpKind, apply_op, initial_state
+
+from .scan_members import NestedScan, skeleton
+
+__all__ = ["is_homogeneous", "simulate_member"]
+
+
+def is_homogeneous(chain: Chain) -> bool:
+    """Whether every per-layer cost and size of ``chain`` is the same (``x_size`` too)."""
+    vectors = (chain.fwd_time, chain.bwd_time, chain.x_size, chain.xbar_size, chain.fwd_tmp,
+               chain.bwd_tmp, chain.fwd_tape_time, chain.output_in_tape)
+    return all(bool(np.all(v == v[0])) for v in vectors)
+
+
+def _chunks(start: int, stop: int) -> list[tuple[int, int]]:
+    """``start .. stop-1`` cut into runs of powers of two, largest first, so that runs of
+    stored layers of any length replay a few records."""
+    chunks = []
+    size = 1 << max(stop - start, 1).bit_length()
+    while start < stop:
+        while size > stop - start:
+            size >>= 1
+        chunks.append((start, start + size))
+        start += size
+    return chunks
+
+
+def _window(state: solver.MemoryState, a: int, b: int) -> tuple[int, int, int]:
+    """The state's bits that ops on layers ``a .. b-1`` read or write, shifted to 0."""
+    width = b - a + 1
+    mask = (1 << width) - 1
+    tape = (state.tape << 1 >> a) & mask  # tape[a-1 .. b-1]
+    return state.x >> a & mask, tape, state.g >> a & mask
+
+
+def _replace(state: solver.MemoryState, a: int, b: int, bits: tuple[int, int, int],
+             memory: float) -> solver.MemoryState:
+    width = b - a + 1
+    mask = (1 << width) - 1
+    x, tape, g = bits
+    new_x = state.x & ~(mask << a) | x << a
+    new_g = state.g & ~(mask << a) | g << a
+    tape_mask = (mask << a) >> 1  # bits a-1 .. b-1
+    new_tape = state.tape & ~tape_mask | (tape << a) >> 1
+    return solver.MemoryState(new_x, new_tape, new_g, memory)
+
+
+class _Simulator:
+    def __init__(self, chain: Chain, memo: dict) -> None:
+        self.chain, self.memo = chain, memo
+        self.state = initial_state(chain)
+        self.peak, self.time = self.state.memory, 0.0
+
+    def op(self, kind: OpKind, i: int) -> None:
+        self.state, candidate, time = apply_op(self.chain, self.state, (kind, i))
+        self.peak = max(self.peak, candidate)
+        self.time += time
+
+    def block(self, key: Any, a: int, b: int, run: Any) -> None:
+        """Run ``run()`` (ops on layers ``a .. b-1``) or replay its record."""
+        start = self.state
+        found = self.memo.get((key, _window(start, a, b)))
+        if found is None:
+            peak, time = self.peak, self.time
+            self.peak, self.time = start.memory, 0.0
+            run()
+            found = (_window(self.state, a, b), self.time, self.state.memory - start.memory,
+                     self.peak - start.memory)
+            self.memo[(key, _window(start, a, b))] = found
+            self.peak, self.time = peak, time
+        bits, time, delta, height = found
+        self.state = _replace(start, a, b, bits, start.memory + delta)
+        self.time += time
+        self.peak = max(self.peak, start.memory + height)
+
+    def _ops(self, kind: OpKind, indices: Any) -> None:
+        for i in indices:
+            self.op(kind, i)
+
+    def forward(self, items: list[tuple]) -> None:
+        for kind, a, b, *rest in items:
+            if kind == "run":
+                for c, d in _chunks(a, b):
+                    self.block(("store fwd", d - c), c, d,
+                               lambda c=c, d=d: self._ops(OpKind.F_ALL, range(c, d)))
+            else:
+                self.block(("fwd", b - a), a, b, lambda a=a, b=b: self._segment_forward(a, b))
+
+    def _segment_forward(self, a: int, b: int) -> None:
+        self.op(OpKind.F_CK, a)
+        self._ops(OpKind.F_NONE, range(a + 1, b))
+
+    def backward(self, items: list[tuple]) -> None:
+        for kind, a, b, *rest in reversed(items):
+            if kind == "run":
+                for c, d in reversed(_chunks(a, b)):
+                    self.block(("store bwd", d - c), c, d,
+                               lambda c=c, d=d: self._ops(OpKind.B, range(d - 1, c - 1, -1)))
+            else:
+                body = rest[0]
+                self.block(("bwd", b - a, body), a, b,
+                           lambda a=a, b=b, body=body: self.run(skeleton(a, b - a, body)))
+
+    def run(self, items: list[tuple]) -> None:
+        self.forward(items)
+        self.backward(items)
+
+
+def simulate_member(chain: Chain, member: NestedScan, memo: dict | None = None
+                    ) -> tuple[float, float]:
+    """``(time, peak)`` of ``member``'s plan on ``chain``, equal to ``solver.simulate`` of
+    the op sequence of :func:`jaxremat.scan_family.solver_plan` (module docstring).
+    ``memo`` (a dict kept between calls on the same chain) shares the segments' records
+    between members. ``chain`` must be homogeneous (:func:`is_homogeneous`)."""
+    simulator = _Simulator(chain, {} if memo is None else memo)
+    items = skeleton(0, chain.length, member.sizes)
+    simulator.forward(items)
+    simulator.op(OpKind.LOSS, chain.length)
+    simulator.backward(items)
+    if not simulator.state.g & 1:
+        raise ValueError("The plan never computes g[0].")
+    return float(simulator.time), float(simulator.peak)

@@ -1,0 +1,236 @@
+"""remat_blocks(scope="model"): the budget bounds the whole training step (embedding, blocks,
+head, loss) as jaxremat.flax.activation_memory measures it, on the GPT and ResNet examples."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import jaxremat
+import jaxremat.flax
+import solver
+from jaxremat.costs import lowered_costs
+from jaxremat.flax import model_scope, remat_blocks
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def _example(name: str):
+    if f"example_{name}" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[f"example_{name}"]
+
+
+gpt = _example("gpt_nnx")
+resnet = _example("resnet_nnx")
+
+
+def _every_block(cls, before, after):
+    """``cls`` with each block under its own nnx.remat (what a user writes by hand)."""
+
+    class EveryBlock(cls):
+        def __call__(self, *args):
+            h = before(self, *args)
+            for block in self.blocks:
+                h = nnx.remat(lambda b, h: b(h))(block, h)
+            return after(self, h)
+
+    return EveryBlock
+
+
+def _plain(cls, before, after):
+    class Plain(cls):
+        def __call__(self, *args):
+            h = before(self, *args)
+            for block in self.blocks:
+                h = block(h)
+            return after(self, h)
+
+    return Plain
+
+
+def _gpt_before(self, tokens):
+    return self.tokens(tokens) + self.positions(jnp.arange(tokens.shape[-1]))
+
+
+def _gpt_after(self, h):
+    return self.out(self.norm(h))
+
+
+ResNet = resnet.ResNet  # its residual blocks under remat_blocks (scope="model")
+
+
+def _resnet_before(self, images):
+    return self.stem(images)
+
+
+def _resnet_after(self, h):
+    return self.head(h)
+
+
+def _gpt_case(depth=4, context=16, batch=8, dim=32):
+    data = gpt.synthetic_sequences(jax.random.key(0), batch, context, 32)
+    def make(cls):
+        with jax.threefry_partitionable(False):  # quicker to compile on CPU
+            return cls(32, dim, 4, depth, context, rngs=nnx.Rngs(0, dropout=1))
+
+    return (make, gpt.GPT, _gpt_before, _gpt_after, gpt.loss_fn, (data,))
+
+
+def _resnet_case():
+    images, labels = resnet.synthetic_cifar(0, 8)
+    images = images[:, :16, :16]
+
+    def make(cls):
+        with jax.threefry_partitionable(False):
+            return cls((8, 16), 2, 10, rngs=nnx.Rngs(0))
+
+    return (make, ResNet, _resnet_before, _resnet_after, resnet.loss_fn, (images, labels))
+
+
+CASES = {"gpt": _gpt_case, "resnet": _resnet_case}
+
+
+def _flops(model, loss_fn, *batch):
+    step, params, rest = jaxremat.flax.meter.pure_step(model, loss_fn)
+    return lowered_costs(jax.grad(step), params, rest, *batch)["flops"]
+
+
+@pytest.fixture(scope="module", params=CASES.keys())
+def case(request):
+    make, cls, before, after, loss_fn, batch = CASES[request.param]()
+    plain = jaxremat.flax.activation_memory(make(_plain(cls, before, after)), loss_fn, *batch)
+    every_model = make(_every_block(cls, before, after))
+    every = jaxremat.flax.activation_memory(every_model, loss_fn, *batch)
+    return dict(name=request.param, make=lambda: make(cls), loss_fn=loss_fn, batch=batch,
+                plain=plain, every=every, every_flops=_flops(every_model, loss_fn, *batch))
+
+
+@pytest.mark.parametrize("share", [0.8, 0.6])
+def test_the_measured_whole_step_is_within_the_budget(case, share):
+    model = case["make"]()
+    budget = int(share * case["plain"])
+    model.remat_budget = budget
+    plan = model.fit_blocks(case["loss_fn"], *case["batch"])
+    measured = jaxremat.flax.activation_memory(model, case["loss_fn"], *case["batch"])
+    assert measured == plan.scope.measured <= budget == plan.scope.budget
+    assert plan.scope.no_remat == case["plain"]
+    assert max(plan.forward_counts) > 1  # the blocks are rematerialized to fit
+    text = str(plan)
+    assert "the whole training step (loss_fn(model, *batch))" in text and "blocks budget" in text
+
+
+def test_at_the_memory_of_nnx_remat_on_every_block_the_plan_fits(case):
+    model = case["make"]()
+    model.remat_budget = case["every"]
+    plan = model.fit_blocks(case["loss_fn"], *case["batch"])
+    measured = jaxremat.flax.activation_memory(model, case["loss_fn"], *case["batch"])
+    assert measured <= case["every"] < case["plain"]
+    # never more flops than nnx.remat on every block at its own memory
+    assert _flops(model, case["loss_fn"], *case["batch"]) <= case["every_flops"] * (1 + 1e-6)
+    assert plan.scope.measured == measured
+
+
+def test_shares_are_of_the_whole_step_and_over_100_percent_is_no_remat(case):
+    model = case["make"]()
+    model.remat_budget = "150%"
+    plan = model.fit_blocks(case["loss_fn"], *case["batch"])
+    assert plan.forward_counts == [1] * len(plan.forward_counts)
+    assert plan.scope.budget == int(1.5 * case["plain"]) and plan.scope.measured == case["plain"]
+    assert "the budget exceeds what the plain model needs" in str(plan)
+    model.remat_budget = "1%"
+    with pytest.raises(solver.InfeasibleBudget, match=r"whole step.*scope='blocks'"):
+        model.fit_blocks(case["loss_fn"], *case["batch"])
+
+
+def test_the_training_step_uses_the_fitted_plan(monkeypatch):
+    # (gradients equal the plain loop's: tests/test_flax_nnx.py, whose towers use this scope)
+    make, cls, _, _, loss_fn, (data,) = _gpt_case(depth=3, context=8, batch=4, dim=16)
+    model = make(cls)
+    model.remat_budget = "40%"
+    fitted = model.fit_blocks(loss_fn, data)
+    calls = []
+    monkeypatch.setattr(model_scope, "activation_memory",
+                        lambda *a, **k: calls.append(a) or 0)  # would break a new fit
+    grads = nnx.eval_shape(lambda m, d: nnx.grad(loss_fn)(m, d), model, data)  # traced
+    assert jax.tree.leaves(grads) and not calls  # the step found the fitted plan
+    assert model.plan_blocks(data[:, :-1]).schedule.plan == fitted.schedule.plan
+    assert not calls
+
+
+def test_without_a_fit_the_step_is_measured_with_a_loss_of_the_outputs():
+    make, cls, _, _, loss_fn, (data,) = _gpt_case(depth=3, context=8, batch=4, dim=16)
+
+    def cross_entropy(logits):  # labels do not change memory: zeros stand in for them
+        return gpt.optax.softmax_cross_entropy_with_integer_labels(
+            logits, jnp.zeros(logits.shape[:-1], jnp.int32)).mean()
+
+    Measured = remat_blocks("blocks", budget="45%", loss=cross_entropy, name="run")(
+        type("GPTWithLoss", (cls,), {"__call__": lambda self, t: _gpt_after(
+            self, self.run(_gpt_before(self, t)))}))
+    model = make(Measured)
+    plan = model.plan_blocks(data[:, :-1])  # the model's arguments, with scope="model"
+    assert "cross_entropy(outputs)" in str(plan)
+    measured = jaxremat.flax.activation_memory(model, loss_fn, data)
+    assert measured <= plan.scope.budget
+
+
+def test_scope_blocks_keeps_the_blocks_only_meaning():
+    make, cls, before, after, loss_fn, (data,) = _gpt_case(depth=3, context=8, batch=4, dim=16)
+    Blocks = remat_blocks("blocks", budget="50%", scope="blocks", name="run")(
+        type("GPTBlocks", (cls,), {"__call__": lambda self, t: after(self, self.run(before(self, t)))}))
+    model = make(Blocks)
+    hidden = _gpt_before(model, data[:, :-1])
+    plan = model.plan_blocks(hidden)  # the blocks' input, with scope="blocks"
+    assert plan.budget == int(0.5 * plan.no_remat_peak)
+    assert "the blocks only (scope='blocks')" in str(plan)
+    with pytest.raises(ValueError, match="scope must be one of"):
+        remat_blocks("blocks", budget="50%", scope="everything")
+    with pytest.raises(ValueError, match="scope='blocks'"):
+        model.fit_blocks(loss_fn, data)
+
+
+class _TanhBlock(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(16, 16, rngs=rngs)
+
+    def __call__(self, h):
+        return jnp.tanh(self.linear(h))
+
+
+@remat_blocks("blocks", budget="60%")
+class _Tower(nnx.Module):
+    def __init__(self):
+        rngs = nnx.Rngs(0)
+        self.embed = nnx.Linear(16, 16, rngs=rngs)
+        self.blocks = nnx.List([_TanhBlock(rngs) for _ in range(6)])
+        self.head = nnx.Linear(16, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.head(self.run_blocks(self.embed(x)))
+
+
+def test_under_nnx_vmap_the_budget_is_the_whole_batch_step():
+    plain_cls = _plain(_Tower, lambda self, x: self.embed(x), lambda self, h: self.head(h))
+    examples = jax.random.normal(jax.random.key(1), (5, 8, 16))
+
+    def loss_fn(model, examples):
+        return jnp.mean(nnx.vmap(lambda m, x: m(x), in_axes=(None, 0))(model, examples) ** 2)
+
+    model, plain = _Tower(), plain_cls()
+    got, want = nnx.grad(loss_fn)(model, examples), nnx.grad(loss_fn)(plain, examples)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+    whole = jaxremat.flax.activation_memory(plain, loss_fn, examples)
+    measured = jaxremat.flax.activation_memory(model, loss_fn, examples)
+    assert measured <= int(0.6 * whole) < whole  # fitted per example, for the batch of 5

@@ -1,0 +1,230 @@
+"""remat_scan: values and gradients of the plain lax.scan, a program flat in depth, the exact
+choice within the nested-scan family (brute force), bad input."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jaxremat
+import solver
+from jaxremat.scan import program_size
+from jaxremat.scan_family import NestedScan, choose, family, member_schedule, solver_plan
+from jaxremat.scan_simulate import simulate_member
+from solver import Chain, Layer
+
+
+def layer(p, h):
+    return h + jnp.tanh(h @ p["w"] + p["b"])
+
+
+def pair_layer(p, h):  # a pytree activation
+    a, b = h
+    return b, a + jnp.tanh(b @ p["w"] + p["b"])
+
+
+def stack(L, D=8, seed=0):
+    k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
+    return {"w": jax.random.normal(k1, (L, D, D)) / np.sqrt(D),
+            "b": 0.1 * jax.random.normal(k2, (L, D))}
+
+
+def scale_layer(p, h):  # activations dominate: the stacked parameters are small
+    return h + jnp.tanh(h * p["a"] + p["b"])
+
+
+def scale_stack(L, D=32, B=128):
+    params = {"a": jnp.linspace(0.5, 1.5, L * D).reshape(L, D), "b": jnp.zeros((L, D))}
+    return params, jax.random.normal(jax.random.PRNGKey(0), (B, D))
+
+
+def plain(fn):
+    return lambda p, x: jax.lax.scan(lambda h, q: (fn(q, h), None), x, p)[0]
+
+
+def assert_close(a, b):
+    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("L", [1, 2, 7, 13, 16])
+@pytest.mark.parametrize("budget", ["40%", "75%"])
+def test_value_and_gradient_equal_plain_scan(L, budget):
+    params, x = stack(L), jax.random.normal(jax.random.PRNGKey(1), (4, 8))
+    f = jaxremat.remat_scan(layer, budget)
+    try:
+        f.plan(params, x)
+    except solver.InfeasibleBudget:
+        budget = "100%"
+        f = jaxremat.remat_scan(layer, budget)
+    loss = lambda fn: (lambda p, x: jnp.sum(fn(p, x) ** 2))
+    assert_close(f(params, x), plain(layer)(params, x))
+    assert_close(jax.grad(loss(f), (0, 1))(params, x),
+                 jax.grad(loss(plain(layer)), (0, 1))(params, x))
+
+
+@pytest.mark.parametrize("sizes", [  # the two deepest members (7 s of CPU each) in the slow tier
+    (), (1,), (3,), pytest.param((5, 2), marks=pytest.mark.slow),
+    pytest.param((6, 3, 1), marks=pytest.mark.slow)])
+def test_every_member_shape_applies_exactly(sizes):
+    """Members forced through max_levels and prime L: remainders at every level."""
+    L = 11
+    params, x = stack(L), (jnp.ones((2, 8)), jnp.zeros((2, 8)))
+    f = jaxremat.remat_scan(pair_layer, "100%")
+    plan = f.plan(params, x)
+    f._cache[next(iter(f._cache))] = type(plan)(**{**plan.__dict__, "member": NestedScan(sizes)})
+    loss = lambda fn: (lambda p, x: jnp.sum(fn(p, x)[0] * fn(p, x)[1]))
+    assert_close(jax.grad(loss(f))(params, x), jax.grad(loss(plain(pair_layer)))(params, x))
+
+
+def test_jit_grad_vmap():
+    L = 9
+    params, x = stack(L), jax.random.normal(jax.random.PRNGKey(2), (3, 5, 8))
+    f = jaxremat.remat_scan(layer, "100%")  # parameter-dominated: only the plain scan fits
+    loss = lambda fn: (lambda p, x: jnp.sum(jax.vmap(lambda xi: fn(p, xi))(x) ** 2))
+    assert_close(jax.jit(jax.grad(loss(f)))(params, x), jax.grad(loss(plain(layer)))(params, x))
+    assert f.plan(params, x[0]).batch_size == 1
+    assert {p.batch_size for p in f._cache.values()} == {1, 3}  # vmap seen: budget / batch
+
+
+def at_least_half(L):
+    """remat_scan at 50%, or at the smallest budget that works where 50% does not fit."""
+    try:
+        jaxremat.remat_scan(scale_layer, "50%").plan(*scale_stack(L))
+        return jaxremat.remat_scan(scale_layer, "50%")
+    except solver.InfeasibleBudget as error:
+        return jaxremat.remat_scan(scale_layer, int(error.min_budget))
+
+
+def program(f, L):
+    params, x = scale_stack(L)
+    return program_size(jax.make_jaxpr(jax.grad(lambda p, x: jnp.sum(f(p, x))))(params, x))
+
+
+def test_program_size_flat_in_depth():
+    shaped = jaxremat.remat_scan(scale_layer, "100%")
+    for L in (12, 64):  # the same member on both: (4,) divides 12 and 64
+        shaped.plan(*scale_stack(L))
+    for key, plan in list(shaped._cache.items()):
+        shaped._cache[key] = type(plan)(**{**plan.__dict__, "member": NestedScan((4,))})
+    assert program(shaped, 12) == program(shaped, 64)
+    chosen = [program(at_least_half(L), L) for L in (8, 16, 32, 64)]
+    assert max(chosen) <= 2 * min(chosen), chosen  # whatever member: bounded, not ~L
+    unrolled = [program(lambda p, x: jaxremat.remat_sequence([scale_layer] * L, "50%")(
+        [jax.tree.map(lambda a: a[i], p) for i in range(L)], x), L) for L in (8, 32)]
+    assert unrolled[1] > 3 * unrolled[0]  # the unrolled program grows with L
+
+
+def homogeneous(L, fwd, tape, bwd, x, extra, tmp, inside):
+    return Chain(fwd_time=[fwd] * L, bwd_time=[bwd] * L, x_size=[x] * (L + 1),
+                 xbar_size=[x + extra] * L, fwd_tmp=[tmp] * L, bwd_tmp=[tmp] * L,
+                 output_in_tape=[inside] * L, fwd_tape_time=[fwd * tape] * L)
+
+
+@settings(max_examples=25, deadline=None)
+@given(L=st.integers(2, 12), fwd=st.floats(0.1, 5), tape=st.floats(0.2, 1.0),
+       bwd=st.floats(0.1, 10), x=st.integers(1, 5), extra=st.integers(0, 8),
+       tmp=st.integers(0, 4), inside=st.booleans(), share=st.floats(0.2, 1.0))
+def test_choice_is_the_best_member_by_brute_force(L, fwd, tape, bwd, x, extra, tmp, inside,
+                                                  share):
+    chain = homogeneous(L, fwd, tape, bwd, x, extra, tmp, inside)
+    members = list(family(L, 2))
+    schedules = [member_schedule(chain, m) for m in members]
+    full = member_schedule(chain, NestedScan()).peak
+    budget = share * full
+    fits = [s for s in schedules if s.peak <= budget * (1 + 1e-9)]
+    if not fits:
+        with pytest.raises(solver.InfeasibleBudget) as error:
+            choose(chain, budget, max_levels=2)
+        assert error.value.min_budget == min(s.peak for s in schedules)
+        return
+    best = min(fits, key=lambda s: (s.time, s.peak))
+    got = choose(chain, budget, max_levels=2)
+    assert got.schedule.peak <= budget * (1 + 1e-9)
+    assert got.schedule.time == pytest.approx(best.time, rel=1e-12)
+    # a descendant (one more level) is never faster: the bound the search prunes with
+    for m, s in zip(members, schedules):
+        if m.levels == 2:
+            parent = member_schedule(chain, NestedScan(m.sizes[:1]))
+            assert s.time >= parent.time - 1e-9
+
+
+@settings(max_examples=15, deadline=None)
+@given(L=st.integers(1, 10), fwd=st.floats(0.1, 5), tape=st.floats(0.2, 1.0),
+       x=st.integers(1, 5), extra=st.integers(0, 8), tmp=st.integers(0, 4),
+       inside=st.booleans())
+def test_replayed_simulation_equals_the_simulator(L, fwd, tape, x, extra, tmp, inside):
+    chain = homogeneous(L, fwd, tape, 2 * fwd, x, extra, tmp, inside)
+    memo = {}  # shared between members, as the search shares it
+    for member in family(L, 3):
+        exact = member_schedule(chain, member)
+        time, peak = simulate_member(chain, member, memo)
+        assert time == pytest.approx(exact.time, rel=1e-12)
+        assert peak == pytest.approx(exact.peak, rel=1e-12)
+
+
+def test_solver_plan_is_the_nested_scan():
+    assert solver_plan(NestedScan((4, 2)), 9)[0].body == (Layer(0),)  # remainder 1 first
+    plan = solver_plan(NestedScan((4, 2)), 9)
+    assert [(i.start, i.stop) for i in plan[:3]] == [(0, 1), (1, 5), (5, 7)]
+    assert plan[3:] == (Layer(7), Layer(8))
+    solver.validate_plan(plan, 0, 9)
+
+
+def test_plan_report_and_gap():
+    f = jaxremat.remat_scan(scale_layer, "50%")
+    plan = f.plan(*scale_stack(24))
+    text = str(plan)
+    assert "nested scans" in text and "Rotor unrolled" in text and "level 1" in text
+    assert plan.predicted_peak <= plan.budget and plan.measured_peak <= plan.budget
+    assert plan.gap_to_rotor is not None and plan.gap_to_rotor > -0.1
+
+
+def test_infeasible_budget_names_the_family_minimum():
+    params, x = stack(12), jnp.ones((4, 8))
+    with pytest.raises(solver.InfeasibleBudget) as error:
+        jaxremat.remat_scan(layer, 100)(params, x)
+    need = error.value.min_budget
+    jaxremat.remat_scan(layer, int(need))(params, x)  # the named budget works
+    assert "smallest budget" in str(error.value)
+
+
+def test_layer_that_changes_shape_points_to_remat_sequence():
+    widen = lambda p, h: jnp.concatenate([h, h], axis=-1) * p["b"][0]
+    with pytest.raises(ValueError, match="remat_sequence"):
+        jaxremat.remat_scan(widen, "50%")(stack(4), jnp.ones((4, 8)))
+    to_half = lambda p, h: (h @ p["w"]).astype(jnp.float16)
+    with pytest.raises(ValueError, match="float16"):
+        jaxremat.remat_scan(to_half, "50%")(stack(4), jnp.ones((4, 8)))
+
+
+def test_stacked_params_with_disagreeing_axes_name_the_leaf():
+    params = {"w": jnp.ones((6, 8, 8)), "b": jnp.ones((5, 8))}
+    with pytest.raises(ValueError, match=r"\['b'\] has 5") as error:
+        jaxremat.remat_scan(layer, "50%")(params, jnp.ones((4, 8)))
+    assert "['w'] has 6" in str(error.value)
+    with pytest.raises(ValueError, match="method"):
+        jaxremat.remat_scan(layer, "50%", method="revolve")
+
+
+@pytest.mark.parametrize("L", [16, 37])
+def test_measured_memory_within_budget_and_near_prediction(L):
+    params, x = scale_stack(L)
+    feasible = 0
+    for share in ("50%", "65%", "80%"):
+        f = jaxremat.remat_scan(scale_layer, share)
+        try:
+            plan = f.plan(params, x)
+        except solver.InfeasibleBudget:
+            continue
+        feasible += 1
+        measured = jaxremat.activation_memory(lambda p, x: jnp.sum(f(p, x)), params, x)
+        assert measured == plan.measured_peak <= plan.budget
+        assert 0.75 * plan.predicted_peak <= measured <= 1.1 * plan.predicted_peak
+        squared = jaxremat.activation_memory(lambda p, x: jnp.sum(f(p, x) ** 2), params, x)
+        assert squared <= plan.budget + x.nbytes  # the loss's own square, outside the stack
+    assert feasible >= 2
