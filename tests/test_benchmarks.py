@@ -56,6 +56,7 @@ def test_gpu_checks_script_parses_and_names_its_parts():
         assert f"part_{part}()" in text, part
 
 
+@pytest.mark.slow  # a subprocess run of a benchmark script (25 s)
 def test_scan_depth_quick_runs():
     out = _run("benchmarks/scan_depth.py", "--quick")
     assert re.search(r"^32 +remat_scan .*cached", out, re.M)

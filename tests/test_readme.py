@@ -32,6 +32,13 @@ def _jax_stand_ins() -> dict:
             "loss_fn": lambda y: jnp.mean(y**2)}
 
 
+def _scan_stand_ins() -> dict:
+    """One block scanned over 32 parameter sets stacked on axis 0, activations larger than
+    the parameters (as in a real stack)."""
+    return {"block": lambda w, h: jnp.tanh(h @ w), "stacked": jnp.stack([jnp.eye(16) * 0.5] * 32),
+            "x": jnp.ones((512, 16)), "loss_fn": lambda y: jnp.mean(y**2)}
+
+
 def _nnx_stand_ins() -> dict:
     """A small NNX model (remat_blocks over blocks with BatchNorm and Dropout), a batch and
     a training loss."""
@@ -78,7 +85,8 @@ def test_readme_snippet_runs(index, capsys):
     code = _blocks()[index]
     namespace = {"jax": jax, "jnp": jnp, "jaxremat": jaxremat}
     flax_snippet = "nnx" in code or "model" in code
-    namespace.update(_nnx_stand_ins() if flax_snippet else _jax_stand_ins())
+    namespace.update(_nnx_stand_ins() if flax_snippet
+                     else _scan_stand_ins() if "remat_scan" in code else _jax_stand_ins())
     exec(compile(code, f"README.md python block {index}", "exec"), namespace)
     printed = capsys.readouterr().out
     if "roomy" in namespace:  # the budget section: a share over 100% means no remat
