@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from jax_memory import MODELS, _loss, _plain, compiled_columns  # noqa: E402
 from jaxremat import activation_memory, budget_from_device, format_bytes, remat_sequence  # noqa: E402
-from jaxremat.profile import profile_sequence  # noqa: E402
+from jaxremat.sequence.profile import profile_sequence  # noqa: E402
 
 
 def _layer_table(static, measured) -> None:

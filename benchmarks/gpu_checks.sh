@@ -45,7 +45,7 @@ for name in ("jax", "jaxlib", "flax", "optax", "numpy", "scipy", "numba", "hypot
 import jax
 print("devices", jax.devices(), "memory_stats keys", sorted(jax.devices()[0].memory_stats() or {}))
 import jax.numpy as jnp
-from jaxremat import costs
+from jaxremat.measure import costs
 f = jax.grad(lambda w, x: jnp.sum(jnp.tanh(x @ w)))
 args = (jnp.ones((256, 256)), jnp.ones((64, 256)))
 print("lowered cost_analysis:", jax.jit(f).lower(*args).cost_analysis())

@@ -13,7 +13,7 @@ import os, sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import sys, jax, jax.numpy as jnp, numpy as np
 import jaxremat
-from jaxremat.costs import lowered_costs
+from jaxremat.measure.costs import lowered_costs
 jax.config.update("jax_default_matmul_precision", "highest")
 B, D, L = 64, 256, 8
 rng = np.random.default_rng(0)

@@ -41,9 +41,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import solver  # noqa: E402
 from jaxremat import activation_memory, format_bytes, remat_sequence  # noqa: E402
-from jaxremat import costs  # noqa: E402
-from jaxremat.costs import lowered_costs  # noqa: E402
-from jaxremat.timing import median_time  # noqa: E402
+from jaxremat.measure import costs  # noqa: E402
+from jaxremat.measure.costs import lowered_costs  # noqa: E402
+from jaxremat.measure.timing import median_time  # noqa: E402
 
 # ------------------------------------------------------------------------------- models
 
@@ -219,7 +219,7 @@ def main() -> None:
     parser.add_argument("--methods", default="rotor,sqrt,every_layer,revolve,none")
     parser.add_argument("--backend", default="checkpoint", choices=("checkpoint", "custom_vjp"))
     parser.add_argument("--costs", default="static", choices=("static", "flops"),
-                        help="remat_sequence's cost model (jaxremat.profile)")
+                        help="remat_sequence's cost model (jaxremat.sequence.profile)")
     parser.add_argument("--device-columns", choices=("auto", "on", "off"), default="auto",
                         help="compiled memory, peak bytes in use, step time: auto = on a GPU/TPU "
                              "only ('on' also on CPU, to exercise the code; the numbers mean "

@@ -29,7 +29,7 @@ from flax import nnx
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jaxremat.flax  # noqa: E402
-from jaxremat.costs import lowered_costs  # noqa: E402
+from jaxremat.measure.costs import lowered_costs  # noqa: E402
 from jaxremat.flax.meter import pure_step  # noqa: E402
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"

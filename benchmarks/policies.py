@@ -13,7 +13,7 @@ For each model of ``benchmarks/jax_memory.py`` (its builders are reused) it meas
 
 Memory is :func:`jaxremat.activation_memory` (program-order peak of the ``jax.grad``
 program, parameters and their gradients excluded); flops are
-:func:`jaxremat.costs.lowered_costs` of the jitted ``jax.value_and_grad`` (before XLA's
+:func:`jaxremat.measure.costs.lowered_costs` of the jitted ``jax.value_and_grad`` (before XLA's
 optimisations, so recomputation counts), both relative to the plain stack. The target:
 at every budget, jaxremat's flops are at most those of the cheapest uniform policy whose
 measured memory fits the budget ("cheapest fitting" column). Rows "predicted P" use as

@@ -13,7 +13,7 @@ For a residual MLP block scanned over stacked parameters, L in {8, 16, 32, 64, 1
    25/50/75% budgets and at the measured memory of each uniform policy (``nothing_saveable``,
    ``dots_saveable``, ``dots_with_no_batch_dims_saveable`` in the scan).
 
-Flops are counted on the gradient's jaxpr (``jaxremat.graph.equation_flops`` per equation,
+Flops are counted on the gradient's jaxpr (``jaxremat.measure.dataflow.equation_flops`` per equation,
 a scan body times its length): ``Lowered.cost_analysis()`` counts a loop body once, whatever
 its trip count (a plain scan of 8 or 32 layers reports the same flops). CPU figures: XLA's
 CPU compiler undoes remat, so memory is the meter's, never XLA's.
@@ -37,8 +37,8 @@ import jaxremat  # noqa: E402
 import solver  # noqa: E402
 from jax.extend.core import ClosedJaxpr, Jaxpr  # noqa: E402
 
-from jaxremat.graph import equation_flops  # noqa: E402
-from jaxremat.scan import program_size  # noqa: E402
+from jaxremat.measure.dataflow import equation_flops  # noqa: E402
+from jaxremat.scan.remat import program_size  # noqa: E402
 
 WIDTH, BATCH = 64, 256
 POLICIES = ("nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable")

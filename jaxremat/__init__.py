@@ -17,14 +17,14 @@ plan with nested ``jax.checkpoint`` (or ``jax.custom_vjp``) segments:
 The algorithms live in the framework-agnostic :mod:`solver` package.
 """
 
-from .device import budget_from_device
+from .measure.device import budget_from_device
 from .budget import format_bytes, parse_budget, resolve_budget
-from .meter import activation_memory, program_memory
-from .plan import Plan
-from .profile import profile_layers
-from .remat_graph import GraphPlan, RematGraph, remat_graph
-from .scan import RematScan, ScanPlan, remat_scan
-from .sequence import RematSequence, remat_sequence
+from .measure.meter import activation_memory, program_memory
+from .sequence.plan import Plan
+from .sequence.profile import profile_layers
+from .graph.remat import GraphPlan, RematGraph, remat_graph
+from .scan.remat import RematScan, ScanPlan, remat_scan
+from .sequence.remat import RematSequence, remat_sequence
 
 __all__ = [
     "GraphPlan",

@@ -71,7 +71,7 @@ def _model_demo(plot: str | None) -> None:
     import jax.numpy as jnp
 
     import jaxremat
-    from jaxremat.costs import lowered_costs
+    from jaxremat.measure.costs import lowered_costs
     from solver import format_bytes
 
     layers, params, x = _gpt_like(depth=6, batch=4, seq=128, dim=128, heads=4)

@@ -3,7 +3,7 @@
 Every use of a JAX internal, and every fact about how a version writes its jaxprs, goes
 through this module, with a fallback that is tested (tests/test_jax_compat.py):
 
-* **Calls.** A call's body is entered by the meter (:mod:`jaxremat.liveness`), the graph
+* **Calls.** A call's body is entered by the meter (:mod:`jaxremat.measure.liveness`), the graph
   builder and the jaxpr cost count. JAX 0.10 writes ``closed_call``/``core_call``; 0.11+
   writes ``eval_jaxpr`` (param ``call_jaxpr``), which its own ``custom_jvp``/``custom_vjp``
   code emits too. Under the ``jax_remat3`` flag (0.11+, off by default) a checkpoint is a

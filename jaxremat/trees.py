@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from .meter import aval_nbytes
+from .measure.meter import aval_nbytes
 
 __all__ = [
     "abstractify",
@@ -26,7 +26,7 @@ __all__ = [
 
 
 def leaf_bytes(leaf: Any) -> int:
-    """Bytes of one array-like leaf, counted as :mod:`jaxremat.meter` counts them.
+    """Bytes of one array-like leaf, counted as :mod:`jaxremat.measure.meter` counts them.
 
     ``size * dtype.itemsize``; PRNG keys count their key data, ``float0`` counts zero.
     """

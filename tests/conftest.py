@@ -56,8 +56,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _fresh_profile_cache():
     """Each test profiles afresh: some patch JAX or the cost model, which the module-wide
-    profile cache (jaxremat.profile.profile_cache) would otherwise hide."""
-    from jaxremat.profile import profile_cache
+    profile cache (jaxremat.sequence.profile.profile_cache) would otherwise hide."""
+    from jaxremat.sequence.profile import profile_cache
 
     profile_cache().clear()
     yield

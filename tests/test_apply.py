@@ -18,8 +18,8 @@ import pytest
 from jax.extend.core import jaxprs_in_params
 
 import solver
-from jaxremat.apply import apply_plan
-from jaxremat.sequence import remat_sequence
+from jaxremat.sequence.apply import apply_plan
+from jaxremat.sequence.remat import remat_sequence
 from solver import Checkpoint, Layer
 
 METHODS = ("rotor", "none", "every_layer", "sqrt", "revolve")

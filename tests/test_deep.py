@@ -1,7 +1,7 @@
 """Deep unrolled stacks and planning time (issue 18, deliverables 3 and 4).
 
 Near its minimum budget Rotor's plan nests checkpoints as deep as the chain is long; those
-are applied flat (:mod:`jaxremat.flat_apply`). Memory is measured with the program-order
+are applied flat (:mod:`jaxremat.sequence.flat_apply`). Memory is measured with the program-order
 meter :func:`jaxremat.activation_memory` (on CPU XLA undoes remat).
 """
 
@@ -16,8 +16,8 @@ import pytest
 
 import solver
 from jaxremat import activation_memory, remat_sequence
-from jaxremat.apply import MAX_NESTING, apply_plan
-from jaxremat.flat_apply import nesting_depth
+from jaxremat.sequence.apply import MAX_NESTING, apply_plan
+from jaxremat.sequence.flat_apply import nesting_depth
 
 
 def tanh_layer(w, x):
@@ -82,7 +82,7 @@ def test_flat_equals_nested_on_meter(backend, monkeypatch):
     tree = plan.schedule.plan
     assert nesting_depth(tree[0]) > 2
     loss = lambda p, h: jnp.sum(apply_plan(tree, layers, p, h, backend=backend))
-    import jaxremat.apply as apply_module
+    import jaxremat.sequence.apply as apply_module
 
     monkeypatch.setattr(apply_module, "MAX_NESTING", 10**6)
     nested = activation_memory(loss, params, x), jax.grad(loss, argnums=(0, 1))(params, x)
@@ -106,7 +106,7 @@ def test_nesting_depth():
 
 def _count_profiles(monkeypatch):
     """Count the layers actually profiled (cache misses)."""
-    import jaxremat.profile as profile_module
+    import jaxremat.sequence.profile as profile_module
 
     calls = []
     original = profile_module._profile_one
@@ -136,7 +136,7 @@ def test_identical_blocks_profiled_once_across_sequences(monkeypatch):
 
 def test_profile_cache_tells_a_new_function_from_a_reused_id(monkeypatch):
     """The cache holds a weak reference: a new layer never gets a dead layer's profile."""
-    from jaxremat.profile import profile_cache, profile_sequence
+    from jaxremat.sequence.profile import profile_cache, profile_sequence
 
     calls = _count_profiles(monkeypatch)
     _, params, x = small_stack(1)
@@ -153,7 +153,7 @@ def test_plan_cache_thread_safe_and_bounded(monkeypatch):
     at most PLAN_CACHE_SIZE signatures (least recently used out)."""
     import threading
 
-    import jaxremat.sequence as sequence_module
+    import jaxremat.sequence.remat as sequence_module
 
     calls = _count_profiles(monkeypatch)
     layers, params, x = small_stack(6)

@@ -1,4 +1,4 @@
-"""Tests of jaxremat.device.budget_from_device (arithmetic with injected memory stats)."""
+"""Tests of jaxremat.measure.device.budget_from_device (arithmetic with injected memory stats)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import optax
 import pytest
 from flax import nnx
 
-from jaxremat.device import budget_from_device, tree_device_bytes
+from jaxremat.measure.device import budget_from_device, tree_device_bytes
 
 
 def test_arithmetic_params_grads_and_adam_state():

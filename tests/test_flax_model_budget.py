@@ -16,7 +16,7 @@ from flax import nnx
 import jaxremat
 import jaxremat.flax
 import solver
-from jaxremat.costs import lowered_costs
+from jaxremat.measure.costs import lowered_costs
 from jaxremat.flax import model_scope, remat_blocks
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"

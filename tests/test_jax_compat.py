@@ -80,7 +80,7 @@ def test_lowered_cost_analysis_forms(answer, expected):
 def test_lowered_costs_fall_back_when_cost_analysis_raises(monkeypatch):
     from jax._src import stages
 
-    from jaxremat import costs
+    from jaxremat.measure import costs
 
     def unavailable(self):
         raise NotImplementedError("cost analysis")

@@ -20,7 +20,7 @@ from jax.extend.core import AbstractToken
 from dense_chain import (A, B, D, W, X, Y, all_eqns, layer, per_layer_checkpoint, plain, segments,
                          sin_loss, weights)
 from jaxremat import activation_memory
-from jaxremat.meter import MemoryReport, aval_nbytes, program_memory
+from jaxremat.measure.meter import MemoryReport, aval_nbytes, program_memory
 
 
 # --- a single op chain ---------------------------------------------------------------

@@ -13,8 +13,8 @@ from jax.extend.core import ClosedJaxpr, Literal
 from dense_chain import (A, X, Y, all_eqns, layer, per_layer_checkpoint, plain, segments, sin_loss,
                          weights)
 from jaxremat import activation_memory
-from jaxremat.apply import apply_plan
-from jaxremat.meter import inputs_read, program_memory
+from jaxremat.sequence.apply import apply_plan
+from jaxremat.measure.meter import inputs_read, program_memory
 from solver import Checkpoint, Layer
 
 

@@ -1,4 +1,4 @@
-"""Tests of jaxremat.plot: the numbers behind the plots, and the PNG itself."""
+"""Tests of jaxremat.sequence.plot: the numbers behind the plots, and the PNG itself."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import solver
 from solver import OpKind
 from solver.solve import solve
 
-from jaxremat.plot import memory_curves, plot_plan, plot_schedule, tradeoff_curve
+from jaxremat.sequence.plot import memory_curves, plot_plan, plot_schedule, tradeoff_curve
 
 UNLIMITED = 1e300
 
@@ -81,8 +81,8 @@ def test_plot_schedule_writes_a_png(chain, tmp_path):
 
 def test_plot_plan_of_a_jax_sequence(tmp_path):
     pytest.importorskip("matplotlib")
-    from jaxremat.profile import profile_layers
-    from jaxremat.sequence import remat_sequence
+    from jaxremat.sequence.profile import profile_layers
+    from jaxremat.sequence.remat import remat_sequence
 
     def layer(w, x):
         return jnp.tanh(x @ w)

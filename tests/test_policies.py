@@ -13,10 +13,10 @@ from jax.ad_checkpoint import checkpoint_name
 
 import solver
 from jaxremat import activation_memory, remat_sequence
-from jaxremat.apply import apply_plan
-from jaxremat.plan import chosen_options
-from jaxremat.policies import DEFAULT_POLICIES, check_policies, layer_menu, marked_names
-from jaxremat.profile import profile_sequence
+from jaxremat.sequence.apply import apply_plan
+from jaxremat.sequence.plan import chosen_options
+from jaxremat.sequence.policies import DEFAULT_POLICIES, check_policies, layer_menu, marked_names
+from jaxremat.sequence.profile import profile_sequence
 from solver import Checkpoint, Layer
 
 D, T, B = 16, 8, 2

@@ -17,9 +17,9 @@ import pytest
 
 import solver
 from jaxremat import activation_memory, profile_layers
-from jaxremat.apply import apply_plan
-from jaxremat.profile import PEAK_BANDWIDTH, PEAK_FLOPS, profile_sequence, roofline_time
-from jaxremat.costs import lowered_costs
+from jaxremat.sequence.apply import apply_plan
+from jaxremat.sequence.profile import PEAK_BANDWIDTH, PEAK_FLOPS, profile_sequence, roofline_time
+from jaxremat.measure.costs import lowered_costs
 from solver.chain.baselines import every_layer_plan, none_plan, sqrt_plan
 
 B, D_IN, D_OUT = 8, 16, 32
@@ -320,8 +320,8 @@ def test_static_costs_fall_back_to_the_jaxpr_count(monkeypatch):
     # What a GPU backend does (JAX 0.11, H100): the lowering gives no cost analysis.
     from jax._src import stages
 
-    from jaxremat import costs
-    from jaxremat.profile import profile_cache
+    from jaxremat.measure import costs
+    from jaxremat.sequence.profile import profile_cache
 
     w = _array(11, (D_IN, D_OUT))
     x = _array(12, (B, D_IN))
@@ -339,7 +339,7 @@ def test_static_costs_fall_back_to_the_jaxpr_count(monkeypatch):
 
 @ON_CPU
 def test_jaxpr_costs_count_recomputation_like_xla():
-    from jaxremat import costs
+    from jaxremat.measure import costs
 
     w1, w2 = _array(13, (D_IN, D_IN)), _array(14, (D_IN, D_IN))
     x = _array(15, (B, D_IN))
@@ -392,7 +392,7 @@ def test_simulated_flops_equal_the_jaxpr_count_of_every_plan(name, layers, param
     outputs are dead code). The last layer of each recomputed segment costs its tape-only
     forward: charged the whole forward, every_layer on the residual MLP stack was predicted
     at 1.19 of its measured flops."""
-    from jaxremat.costs import jaxpr_costs
+    from jaxremat.measure.costs import jaxpr_costs
 
     # grad of params only; one option per layer (tests/test_policies.py covers options)
     profile = profile_sequence(layers, params, x, input_grad=False, policies=())
@@ -426,7 +426,7 @@ def test_flop_costs_plan_the_least_recomputed_flops():
     measures no more flops than every-layer or sqrt checkpointing at the same budget
     (the static roofline is bandwidth-bound at this width and need not)."""
     from jaxremat import remat_sequence
-    from jaxremat.costs import jaxpr_costs
+    from jaxremat.measure.costs import jaxpr_costs
 
     layers, params, x = next(_flop_stacks())[1:]
     chain = profile_layers(layers, params, x, costs="flops")

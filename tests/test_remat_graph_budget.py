@@ -10,7 +10,7 @@ from hypothesis import given
 
 import solver
 from jaxremat import activation_memory, remat_graph
-from jaxremat.costs import lowered_costs
+from jaxremat.measure.costs import lowered_costs
 from dense_chain import Y
 from test_remat_graph import (MLP, MODELS, X, A, _random_program, assert_regions_valid, assert_same,
                                matrix, programs, residual_mlp)

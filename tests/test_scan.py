@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import jaxremat
 import solver
-from jaxremat.scan import program_size
-from jaxremat.scan_family import NestedScan, choose, family, member_schedule, solver_plan
-from jaxremat.scan_simulate import simulate_member
+from jaxremat.scan.remat import program_size
+from jaxremat.scan.family import NestedScan, choose, family, member_schedule, solver_plan
+from jaxremat.scan.simulate import simulate_member
 from solver import Chain, Layer
 
 

@@ -19,7 +19,7 @@ import pytest
 
 import solver
 from jaxremat import Plan, RematSequence, activation_memory, remat_sequence
-from jaxremat.costs import lowered_costs
+from jaxremat.measure.costs import lowered_costs
 
 WIDTHS = [32, 64, 48, 96, 32, 64, 80, 32, 64, 48, 96, 32, 64, 80, 32, 64, 32]
 

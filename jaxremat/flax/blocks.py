@@ -33,8 +33,8 @@ from flax import nnx
 import solver
 
 from ..budget import check_budget
-from ..plan import Plan, check_settings
-from ..policies import check_policies
+from ..sequence.plan import Plan, check_settings
+from ..sequence.policies import check_policies
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
 from . import model_scope
@@ -78,7 +78,7 @@ def remat_blocks(
         what one against real labels does); default: the sum of the outputs. Or measure
         the exact step once with ``model.fit_<attribute>(loss_fn, *batch)``.
       method, slots, costs, policies: as for :class:`RematSequential` (``policies``: the
-        menu of ``jax.checkpoint`` policies a block may be saved with, :mod:`jaxremat.policies`).
+        menu of ``jax.checkpoint`` policies a block may be saved with, :mod:`jaxremat.sequence.policies`).
       name: the name of the added method (default ``run_blocks``); also adds
         ``plan_<attribute>(*args)`` returning the :class:`jaxremat.Plan` (``args``: the
         model's arguments with ``scope="model"``, the blocks' input with ``"blocks"``; the
@@ -215,8 +215,8 @@ def remat_blocks(
     run.__doc__ = (f"Run ``self.{attribute}`` in sequence under the activation budget "
                    "(jaxremat.flax.remat_blocks).")
     plan.__doc__ = f"The jaxremat Plan that ``self.{name}`` uses for these arguments."
-    fit.__doc__ = (f"Fit the blocks' budget to the measured step ``loss_fn(model, *batch)`` and "
-                   f"return the Plan (jaxremat.flax.remat_blocks).")
+    fit.__doc__ = ("Fit the blocks' budget to the measured step ``loss_fn(model, *batch)`` and "
+                   "return the Plan (jaxremat.flax.remat_blocks).")
 
     def decorate(cls: type) -> type:
         if not (isinstance(cls, type) and issubclass(cls, nnx.Module)):

@@ -36,7 +36,7 @@ import jax
 from flax import nnx
 
 from ..budget import check_budget
-from ..remat_graph import GraphPlan, check_graph_settings, remat_graph
+from ..graph.remat import GraphPlan, check_graph_settings, remat_graph
 from .nnx import _remember
 
 __all__ = ["RematModule"]

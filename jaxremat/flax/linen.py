@@ -12,7 +12,7 @@ How: ``model.init`` runs the layers plainly (the variables do not exist yet). Un
 profiled as the pure function ``(variables, x) -> layer.apply(variables, x)`` of its own
 variables -- from shapes, with placeholder keys for the RNG streams the call was given -- and
 solved by ``solver.solve`` (:func:`jaxremat.flax.nnx.plan_pure_layers`: the profile is cached per
-layer definitions, RNG stream names and input signature, the plan per budget). The plan is applied by :func:`jaxremat.apply.apply_plan` with Linen's
+layer definitions, RNG stream names and input signature, the plan per budget). The plan is applied by :func:`jaxremat.sequence.apply.apply_plan` with Linen's
 lifted ``nn.remat`` (``prevent_cse=True``) nested as the plan nests. ``nn.remat`` lifts
 every variable collection and RNG stream, so:
 
@@ -25,7 +25,7 @@ every variable collection and RNG stream, so:
 
 The budget bounds what the layers' forward and backward passes hold (input, stored
 activations and tapes, gradients flowing back, transients), not parameters, their gradients
-or the optimizer state (:mod:`jaxremat.sequence`).
+or the optimizer state (:mod:`jaxremat.sequence.remat`).
 
 Calling convention (``nn.Sequential``'s): the first layer receives the call's positional
 arguments; a tuple output is passed on as positional arguments, a dict as keyword arguments.
@@ -41,9 +41,9 @@ from typing import Any, Callable, Sequence
 import flax.linen as nn
 import jax
 
-from ..apply import apply_plan
-from ..plan import Plan, check_settings
-from ..policies import check_policies
+from ..sequence.apply import apply_plan
+from ..sequence.plan import Plan, check_settings
+from ..sequence.policies import check_policies
 from ..budget import check_budget
 from .nnx import call_with_convention, plan_pure_layers, shared_function
 

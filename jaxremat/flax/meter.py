@@ -26,8 +26,8 @@ from typing import Any, Callable
 import jax
 from flax import nnx
 
-from ..meter import MemoryReport
-from ..meter import activation_memory as _activation_memory
+from ..measure.meter import MemoryReport
+from ..measure.meter import activation_memory as _activation_memory
 
 __all__ = ["activation_memory", "pure_step"]
 
@@ -84,7 +84,7 @@ def activation_memory(
       wrt: the state differentiated (an ``nnx`` filter; ``nnx.Param`` as
         ``nnx.value_and_grad`` uses by default).
       has_aux: whether ``loss_fn`` returns ``(loss, aux)``.
-      detail: return a :class:`jaxremat.meter.MemoryReport` instead of the peak.
+      detail: return a :class:`jaxremat.measure.meter.MemoryReport` instead of the peak.
 
     Returns:
       The peak in bytes (:func:`jaxremat.activation_memory` of the equivalent pure step), or

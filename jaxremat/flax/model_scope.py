@@ -10,7 +10,7 @@ is a function of the blocks' budget ``b``:
   parameters and their gradients excluded) with the blocks planned under ``b``;
 * ``b`` ranges from the blocks' least feasible budget to their no-remat peak; the largest
   ``b`` whose measurement fits the budget is found by bisection, as
-  :mod:`jaxremat.graph_budget` does for ``remat_graph`` (the measurement is a step function
+  :mod:`jaxremat.graph.budget` does for ``remat_graph`` (the measurement is a step function
   of ``b``, growing with it); a schedule measured before is not measured again;
 * every-layer checkpointing is measured too (for ``method="rotor"``): the chain's predicted
   peaks are not the measured ones, and at the memory ``nnx.remat`` on every block uses, the

@@ -13,10 +13,10 @@ Two forms, one mechanism:
 
 How: when a call is traced, each layer is split (``nnx.split``) into a graph definition and
 its state, and the pure functions ``(state, x) -> merge(graphdef, state)(x)`` are profiled
-by :func:`jaxremat.profile.profile_sequence` and solved by ``solver.solve`` (shapes only; the
+by :func:`jaxremat.sequence.profile.profile_sequence` and solved by ``solver.solve`` (shapes only; the
 profile is cached per graph definitions and input signature, the plan per budget, so a
 training step under ``nnx.jit`` profiles once and changing the budget only re-solves). The solver's plan is
-then applied by :func:`jaxremat.apply.apply_plan` with Flax's lifted ``nnx.remat``
+then applied by :func:`jaxremat.sequence.apply.apply_plan` with Flax's lifted ``nnx.remat``
 (``prevent_cse=True``) as the checkpoint transform, nested as the plan nests, over the
 sub-lists of modules. ``nnx.remat`` propagates state updates made inside it, so:
 
@@ -32,7 +32,7 @@ sub-lists of modules. ``nnx.remat`` propagates state updates made inside it, so:
 The budget bounds what the blocks' forward and backward passes hold (their input, stored
 activations and tapes, gradients flowing back, transients), not parameters, their
 gradients, optimizer state, nor the layers before or after the sequence
-(:mod:`jaxremat.sequence`). It is bytes, a string such as ``"512MiB"``
+(:mod:`jaxremat.sequence.remat`). It is bytes, a string such as ``"512MiB"``
 (:func:`jaxremat.parse_budget`), or a percentage such as ``"40%"`` of the memory the sequence
 needs without remat. :func:`jaxremat.budget_from_device` derives one from the device.
 Shapes are the global (logical) shapes, so under data parallelism over ``n`` devices the
@@ -55,11 +55,11 @@ from typing import Any, Callable, Sequence
 
 from flax import nnx
 
-from ..apply import apply_plan
+from ..sequence.apply import apply_plan
 from ..budget import check_budget
-from ..plan import Plan, check_settings, solve_plan
-from ..policies import check_policies
-from ..profile import Profile, profile_sequence
+from ..sequence.plan import Plan, check_settings, solve_plan
+from ..sequence.policies import check_policies
+from ..sequence.profile import Profile, profile_sequence
 from ..trace_state import is_differentiated, vmap_batch_size
 from ..trees import abstractify, leaf_shapes, signature
 

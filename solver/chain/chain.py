@@ -87,7 +87,7 @@ class Chain:
         needs to compute only what the backward reads. JAX does exactly this (the
         output is dead code unless it is a residual): a residual block's last matmul is
         skipped. Profiled from the forward of ``jax.vjp`` cut down to the residuals the
-        pullback reads (:mod:`jaxremat.profile`).
+        pullback reads (:mod:`jaxremat.sequence.profile`).
       options: ``None`` (each layer's one "save" mode is its whole tape) or a
         :class:`~solver.chain.options.LayerOptions`: layer ``i`` offers ``K_i`` ways to run
         ``F_all(i)``, option 0 being the fields above (Rockmate's multi-option layers,

@@ -3,7 +3,7 @@
 Near its minimum budget Rotor's plan nests checkpoints as deep as the chain is long:
 ``Checkpoint(0, k, [Checkpoint(0, k-1, [...]), Layer(k-1)])`` recomputes layers ``0 .. j``
 from the saved input before the backward of layer ``j`` (ALGORITHMS.md section 1). Applied
-as nested ``jax.checkpoint`` (:mod:`jaxremat.apply`), every level is a new JAX trace inside
+as nested ``jax.checkpoint`` (:mod:`jaxremat.sequence.apply`), every level is a new JAX trace inside
 the previous one, and JAX's tracing recurses through each. Measured (issue 18) on
 ``f = jax.checkpoint(lambda ps, x: layer(ps[-1], inner(ps[:-1], x)))`` nested ``k`` deep,
 ``jax.jit(jax.grad(...)).lower``, with ``sys.setrecursionlimit(10**6)`` in a thread with a
@@ -30,7 +30,7 @@ gradient first pass through ``jax.lax.optimization_barrier`` so that XLA cannot 
 recomputation into the forward pass.
 
 Limits: the Flax wrappers' lifted ``remat`` (module state updates) has no flat form; their
-plans keep nesting (:func:`jaxremat.apply.apply_plan`). A ``custom_vjp`` under ``jax.vmap``
+plans keep nesting (:func:`jaxremat.sequence.apply.apply_plan`). A ``custom_vjp`` under ``jax.vmap``
 batches its backward whole (see :class:`jaxremat.RematSequence`).
 """
 

@@ -76,7 +76,7 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
-from .budget import format_bytes
+from ..budget import format_bytes
 from .liveness import KEPT, OUTSIDE, UNCOUNTED, LiveValue, Walker, aval_nbytes
 
 __all__ = [

@@ -22,7 +22,7 @@ first ``L - k1`` layers as one segment, store the tapes of the last ``k1``", the
 Rotor's plans take at generous budgets.
 
 The choice (:func:`choose`) is exact within the family, by best-first search on the
-simulated time (:mod:`jaxremat.scan_simulate` runs the simulator, replaying the segments a
+simulated time (:mod:`jaxremat.scan.simulate` runs the simulator, replaying the segments a
 homogeneous chain repeats; the member chosen is simulated again op by op). Adding a level below a member (``sizes + (k,)``) turns stored runs into
 nested ones, which only adds forward operations (each checkpointed piece of ``p`` layers
 adds ``p - 1`` forwards and one tape-only forward), so a member's simulated time bounds the
@@ -49,8 +49,8 @@ import math
 import solver
 from solver import Chain, Schedule, make_schedule
 
-from .scan_members import NestedScan, family, inner_sizes, pieces, solver_plan
-from .scan_simulate import is_homogeneous, simulate_member
+from .members import NestedScan, family, inner_sizes, pieces, solver_plan
+from .simulate import is_homogeneous, simulate_member
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "solver_plan", "family",
            "choose", "Choice", "member_schedule",
@@ -79,7 +79,7 @@ class Choice:
 
 class _Search:
     """Members of one chain costed by the simulator: on a homogeneous chain through
-    :func:`jaxremat.scan_simulate.simulate_member` (replays repeated segments, equals
+    :func:`jaxremat.scan.simulate.simulate_member` (replays repeated segments, equals
     ``solver.simulate``), otherwise each distinct plan once by ``solver.make_schedule``."""
 
     def __init__(self, chain: Chain, loop_margin: float, memo: dict | None) -> None:

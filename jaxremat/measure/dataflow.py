@@ -31,7 +31,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 
 import solver
 
-from .jax_compat import as_jaxpr, is_call, sub_jaxprs
+from ..jax_compat import as_jaxpr, is_call, sub_jaxprs
 from .meter import aval_nbytes
 
 __all__ = ["TracedGraph", "trace_graph", "equation_flops", "SOURCE", "TARGET"]

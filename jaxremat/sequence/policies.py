@@ -19,7 +19,7 @@ into the per-layer menu of such options:
 * any callable ``policy(prim, *avals, **params) -> bool`` (named by its ``__name__``).
 
 ``nothing_saveable`` is not an option: keeping only a layer's input is the chain's
-``Checkpoint`` of that layer. :func:`profile_sequence <jaxremat.profile.profile_sequence>`
+``Checkpoint`` of that layer. :func:`profile_sequence <jaxremat.sequence.profile.profile_sequence>`
 measures every option and merges those whose tapes are identical.
 """
 

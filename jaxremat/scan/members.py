@@ -1,6 +1,6 @@
 """The nested-scan family: plans a fixed number of nested ``lax.scan`` levels express.
 
-See :mod:`jaxremat.scan_family` for the family, the choice among its members and the
+See :mod:`jaxremat.scan.family` for the family, the choice among its members and the
 references; this module only describes members and turns them into ``solver.Plan`` objects.
 """
 

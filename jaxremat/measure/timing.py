@@ -1,7 +1,7 @@
 """Measured layer costs (``costs="measured"``): wall time of each layer on the device.
 
 Each layer's forward (``jax.jit(layer)``), its tape-only forward
-(:func:`jaxremat.trace.tape_forward`) and its backward (the jitted pullback on the
+(:func:`jaxremat.measure.trace.tape_forward`) and its backward (the jitted pullback on the
 residuals) are compiled and run on the default device on synthetic inputs of the right
 shapes: a few warm-up runs, then the median of ``repeats`` timed runs, each ended by
 ``jax.block_until_ready``. Floating inputs are small normal values (no NaN/denormal slow
@@ -91,7 +91,7 @@ def _temp_bytes(compiled: Any) -> int | None:
 
 
 def measure_layer(layer: Callable, p: Any, x: Any, traced: Any, *, repeats: int = 7) -> Measured:
-    """Time one layer's forward and backward (``traced``: :class:`jaxremat.trace.TracedLayer`)."""
+    """Time one layer's forward and backward (``traced``: :class:`jaxremat.measure.trace.TracedLayer`)."""
     p_in, x_in = synthetic_inputs((p, x), seed=1)
     res_in, ct_in = synthetic_inputs((list(traced.residuals), traced.cotangent), seed=2)
     with jax.ensure_compile_time_eval():

@@ -24,8 +24,8 @@ from typing import Any, Callable
 import jax
 from jax.extend.core import Jaxpr, Var
 
-from .graph import _body, equation_flops
-from .jax_compat import lowered_cost_analysis
+from .dataflow import _body, equation_flops
+from ..jax_compat import lowered_cost_analysis
 from .meter import aval_nbytes
 from .trace import _dead_code_removed
 

@@ -17,7 +17,7 @@ from solver import Chain, Checkpoint, Layer, Schedule, format_bytes, format_plan
 from solver.compare import budget_range, compare_methods, format_table
 from solver.solve import ORACLE_METHODS
 
-from .budget import empty_input_hint, resolve_budget
+from ..budget import empty_input_hint, resolve_budget
 from .profile import COSTS, LayerProfile, Profile
 
 __all__ = ["Plan", "check_method", "solve_plan"]
@@ -85,7 +85,7 @@ class Plan:
       schedule: the solver's schedule for ``chain`` (``schedule.plan`` is what is applied).
       budget: the budget in bytes, as given (for the whole batch).
       method, backend, costs: how the plan was made and is applied.
-      layers: the per-layer profile (:class:`jaxremat.profile.LayerProfile`).
+      layers: the per-layer profile (:class:`jaxremat.sequence.profile.LayerProfile`).
       batch_size: the ``jax.vmap`` batch the chain is multiplied by (1 without vmap).
       input_grad: whether the sequence's input was being differentiated when the plan was
         made; if not, the first layer was profiled without computing ``g[0]``.
@@ -138,13 +138,13 @@ class Plan:
     @property
     def policies(self) -> tuple[tuple[Any, ...], ...]:
         """Per layer, the ``jax.checkpoint`` policy of each option (``None`` for option 0,
-        the whole tape): what :func:`jaxremat.apply.apply_plan` takes as ``policies``."""
+        the whole tape): what :func:`jaxremat.sequence.apply.apply_plan` takes as ``policies``."""
         return tuple((None,) + tuple(o.policy for o in layer.options) for layer in self.layers)
 
     @property
     def options(self) -> list[str]:
         """Per layer, the name of the option its stored tape is made with (``"everything"``:
-        the whole tape; ``"dots"``: ``dots_saveable``...; :mod:`jaxremat.policies`)."""
+        the whole tape; ``"dots"``: ``dots_saveable``...; :mod:`jaxremat.sequence.policies`)."""
         chosen = chosen_options(self.schedule.plan)
         return [layer.option_names[chosen.get(layer.index, 0)] for layer in self.layers]
 
@@ -265,7 +265,7 @@ class Plan:
         return self.report()
 
     def plot(self, path: Any, **kwargs: Any) -> Any:
-        """Draw the plan to ``path`` with :func:`jaxremat.plot.plot_plan` (needs matplotlib)."""
+        """Draw the plan to ``path`` with :func:`jaxremat.sequence.plot.plot_plan` (needs matplotlib)."""
         from .plot import plot_plan  # lazy: matplotlib is optional
 
         return plot_plan(self, path, **kwargs)

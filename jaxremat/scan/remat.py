@@ -6,10 +6,10 @@ leaf of ``stacked_params`` stacks the ``L`` layers' parameters on axis 0), the w
 MaxText's ``scan_layers`` and Flax's ``nnx.scan`` run a deep stack so that tracing and
 compiling do not grow with depth.
 
-The first call for an input signature profiles the layer once (:mod:`jaxremat.profile`),
+The first call for an input signature profiles the layer once (:mod:`jaxremat.sequence.profile`),
 repeats its costs into the homogeneous chain of ``L`` layers (``solver.Chain``), and picks the
 fastest plan that nested scans express and that fits the budget, exactly within that family
-(:mod:`jaxremat.scan_family`: every member is costed by the chain simulator on the
+(:mod:`jaxremat.scan.family`: every member is costed by the chain simulator on the
 unrolled chain). It is run as an outer ``lax.scan`` over ``jax.checkpoint`` segments, inner
 scans over each segment's layers, more levels when they pay, remainders as one more
 segment. The gradient's program has a size that does not grow with ``L``
@@ -41,14 +41,14 @@ from jax.extend.core import ClosedJaxpr, Jaxpr
 import solver
 from solver import Chain, Schedule, format_bytes, format_plan
 
-from .budget import check_budget, resolve_budget
-from .meter import activation_memory
-from .plan import check_settings
-from .profile import LayerProfile, profile_sequence
-from .scan_family import FamilyInfeasible, choose, member_schedule
-from .scan_members import NestedScan, pieces
-from .trace_state import vmap_batch_size
-from .trees import abstractify, signature
+from ..budget import check_budget, resolve_budget
+from ..measure.meter import activation_memory
+from ..sequence.plan import check_settings
+from ..sequence.profile import LayerProfile, profile_sequence
+from .family import FamilyInfeasible, choose, member_schedule
+from .members import NestedScan, pieces
+from ..trace_state import vmap_batch_size
+from ..trees import abstractify, signature
 
 __all__ = ["RematScan", "ScanPlan", "remat_scan", "program_size", "SCAN_METHODS", "loop_margin"]
 
@@ -141,7 +141,7 @@ def _scan_layers(layer: Callable, params: Any, x: Any) -> Any:
 
 def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: int) -> Any:
     """Apply ``length`` layers (``params`` stacked on axis 0) under the levels ``sizes``;
-    the same recursion as :func:`jaxremat.scan_family.solver_plan`."""
+    the same recursion as :func:`jaxremat.scan.family.solver_plan`."""
     while sizes and sizes[0] >= length:
         sizes = sizes[1:]
     if not sizes:
@@ -181,7 +181,7 @@ def loop_margin(chain: Chain) -> float:
     and tape (``x_size + xbar_size``).
 
     The chain counts a scanned layer as it counts an unrolled one; the program-order meter
-    (:func:`jaxremat.activation_memory`, loops as in :mod:`jaxremat.meter`) counts a loop's
+    (:func:`jaxremat.activation_memory`, loops as in :mod:`jaxremat.measure.meter`) counts a loop's
     stacked outputs from before its body runs, beside the body's own values, and the new
     carry beside the old one: one iteration's carry and residuals twice. Measured on
     residual blocks (tests/test_scan.py), the excess over the chain's peak was 0.8 to 1.5
@@ -211,11 +211,11 @@ class ScanPlan:
     """The nested-scan plan for one input signature, and how it compares.
 
     Attributes:
-      member: the nested-scan family member applied (:class:`jaxremat.scan_family.NestedScan`).
+      member: the nested-scan family member applied (:class:`jaxremat.scan.family.NestedScan`).
       chain: the homogeneous chain (per example under ``jax.vmap``): the layer's profile
         repeated ``L`` times.
       schedule: the member's plan on the unrolled chain, costed by ``solver.simulate``.
-      layer: the layer's profile (:class:`jaxremat.profile.LayerProfile`).
+      layer: the layer's profile (:class:`jaxremat.sequence.profile.LayerProfile`).
       budget: bytes, for the whole batch; method, costs: how it was chosen.
       batch_size: the ``jax.vmap`` batch (1 without vmap).
       loop_margin: bytes per example added to the chain's peak per ``lax.scan`` level
@@ -463,8 +463,8 @@ def remat_scan(layer: Callable, budget: int | float | str, *, method: str = "rot
       budget: bytes, a string such as ``"512MiB"``, or a share of the plain scan's memory
         such as ``"40%"`` (as :func:`jaxremat.remat_sequence`).
       method: ``"rotor"`` (the best nested-scan plan, exactly within the family of
-        :mod:`jaxremat.scan_family`), ``"none"``, ``"every_layer"`` or ``"sqrt"``.
-      costs: ``"static"``, ``"flops"`` or ``"measured"`` (:mod:`jaxremat.profile`).
+        :mod:`jaxremat.scan.family`), ``"none"``, ``"every_layer"`` or ``"sqrt"``.
+      costs: ``"static"``, ``"flops"`` or ``"measured"`` (:mod:`jaxremat.sequence.profile`).
       max_levels: the most checkpointing levels (nested ``lax.scan`` depth is one more).
 
     Returns:

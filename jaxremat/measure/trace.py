@@ -1,12 +1,12 @@
 """Trace one layer's vjp and read off what Rotor's chain needs: tape and transients.
 
-See :mod:`jaxremat.profile` for the definitions (ALGORITHMS.md sections 1 and 6). A layer
+See :mod:`jaxremat.sequence.profile` for the definitions (ALGORITHMS.md sections 1 and 6). A layer
 ``layer(p, x) -> y`` is traced with ``jax.make_jaxpr(lambda p, x: jax.vjp(layer, p, x))``:
 the jaxpr's outputs are ``y`` then the pullback's residuals, and a residual that *is* a
 parameter, the input or the output is the same jaxpr variable, which is how they are told
 apart. The pullback is traced separately on the residuals; its jaxpr says which residuals
 it reads, and both jaxprs are measured with the program-order meter
-(:func:`jaxremat.meter.program_memory`) so that the chain counts memory exactly as
+(:func:`jaxremat.measure.meter.program_memory`) so that the chain counts memory exactly as
 :func:`jaxremat.activation_memory` does.
 """
 
@@ -19,10 +19,10 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import ClosedJaxpr, Literal, jaxpr_as_fun
 
-from .jax_compat import dce_jaxpr
+from ..jax_compat import dce_jaxpr
 
 from .meter import aval_nbytes, inputs_read, program_memory
-from .trees import cotangent_struct, tree_bytes
+from ..trees import cotangent_struct, tree_bytes
 
 __all__ = ["TracedLayer", "trace_layer", "tape_forward", "tape_signature", "transients"]
 
@@ -43,7 +43,7 @@ class TracedLayer:
       cotangent: the cotangent type of ``y`` (``float0`` for integer and key leaves).
       backward: the jaxpr of ``pullback`` on ``(residuals, cotangent of y)``, for memory
         measurement: it returns the parameter gradients and sums ``g[i]`` at the end.
-      tape_bytes: ``xbar_size[i]``, as defined in :mod:`jaxremat.profile`.
+      tape_bytes: ``xbar_size[i]``, as defined in :mod:`jaxremat.sequence.profile`.
       output_in_tape: whether the pullback reads the output (some leaf of ``y`` is a read
         residual): ``Chain.output_in_tape[i]``.
     """
@@ -96,7 +96,7 @@ def _tape_bytes(forward: ClosedJaxpr, num_outputs: int, output_bytes: int,
 def tape_signature(traced: "TracedLayer") -> tuple:
     """What identifies a layer's tape across traces: the shapes and dtypes of its counted
     residuals (sorted) and whether it holds the output. Two policies with equal signatures
-    keep the same values (:mod:`jaxremat.policies`)."""
+    keep the same values (:mod:`jaxremat.sequence.policies`)."""
     counted = _counted_residuals(traced.forward, len(jax.tree.leaves(traced.output)),
                                  traced.residual_used)
     shapes = sorted((tuple(v.aval.shape), str(v.aval.dtype)) for v in counted)
@@ -148,7 +148,7 @@ def tape_forward(traced: "TracedLayer", *, with_output: bool = False
 
 
 def transients(traced: "TracedLayer", num_params: int, input_bytes: int) -> tuple[int, int]:
-    """``(fwd_tmp, bwd_tmp)`` of a traced layer, as defined in :mod:`jaxremat.profile`."""
+    """``(fwd_tmp, bwd_tmp)`` of a traced layer, as defined in :mod:`jaxremat.sequence.profile`."""
     forward = traced.forward.jaxpr
     num_out = len(jax.tree.leaves(traced.output))
     live_forward = _dead_code_removed(traced.forward, [True] * num_out + list(traced.residual_used))

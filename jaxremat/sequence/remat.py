@@ -3,9 +3,9 @@
 ``seq = remat_sequence(layers, budget)`` returns a callable ``seq(params, x)`` equal to
 running ``layers[i](params[i], x)`` in order. The first time it is traced for an input
 signature (pytree structures, shapes and dtypes of ``params`` and ``x``) it profiles the
-layers into a ``solver.Chain`` (:mod:`jaxremat.profile`), solves for the fastest schedule
+layers into a ``solver.Chain`` (:mod:`jaxremat.sequence.profile`), solves for the fastest schedule
 whose peak fits the budget (``solver.solve``), caches the result, and applies it
-(:mod:`jaxremat.apply`). Later calls with the same signature reuse the cached plan.
+(:mod:`jaxremat.sequence.apply`). Later calls with the same signature reuse the cached plan.
 
 What the budget bounds (the chain's model, ALGORITHMS.md section 1): everything live while
 the sequence runs forward and backward, except the parameters and their gradients -- the
@@ -41,13 +41,13 @@ from typing import Any, Callable, Sequence
 import solver
 
 from .apply import BACKENDS, apply_plan
-from .budget import check_budget
-from .lru import LRU
+from ..budget import check_budget
+from ..lru import LRU
 from .plan import Plan, check_settings, solve_plan
 from .policies import check_policies
 from .profile import profile_sequence
-from .trace_state import is_differentiated, vmap_batch_size
-from .trees import abstractify, check_layers, check_params, leaf_shapes, signature
+from ..trace_state import is_differentiated, vmap_batch_size
+from ..trees import abstractify, check_layers, check_params, leaf_shapes, signature
 
 __all__ = ["METHODS", "RematSequence", "remat_sequence"]
 
@@ -66,7 +66,7 @@ class RematSequence:
 
     Plans are cached per input signature in a bounded LRU (:data:`PLAN_CACHE_SIZE`); making
     a missing plan holds a lock, so threads calling with the same shapes profile and solve
-    once. Layer profiles are also cached across sequences (:func:`jaxremat.profile.
+    once. Layer profiles are also cached across sequences (:func:`jaxremat.sequence.profile.
     profile_cache`): the same layers in a new sequence, or identical blocks, are profiled once.
     """
 
@@ -100,7 +100,7 @@ class RematSequence:
     costs = property(lambda self: self._costs, doc="How layer costs are obtained.")
     slots = property(lambda self: self._slots, doc="Memory discretisation of the solver.")
     policies = property(lambda self: self._policies,
-                        doc="The menu of checkpoint policies (jaxremat.policies).")
+                        doc="The menu of checkpoint policies (jaxremat.sequence.policies).")
 
     def __len__(self) -> int:
         return len(self._layers)
@@ -201,14 +201,14 @@ def remat_sequence(
         baseline: ``"none"`` (store everything), ``"every_layer"`` (checkpoint each layer),
         ``"sqrt"`` (Chen's sqrt(L) segments), ``"revolve"`` (binomial checkpointing).
       backend: ``"checkpoint"`` (nested ``jax.checkpoint``) or ``"custom_vjp"``
-        (:mod:`jaxremat.apply`).
+        (:mod:`jaxremat.sequence.apply`).
       costs: ``"static"`` (roofline from ``cost_analysis``), ``"flops"`` (its flop term
         alone: the least recomputed flops) or ``"measured"`` (timed on the device);
-        :mod:`jaxremat.profile`.
+        :mod:`jaxremat.sequence.profile`.
       slots: memory discretisation of the dynamic program.
       policies: the ``jax.checkpoint`` policies a layer may also be saved with, each an
         option between keeping its whole tape and keeping only its input
-        (:mod:`jaxremat.policies`): ``None`` for the default menu (``"dots"``,
+        (:mod:`jaxremat.sequence.policies`): ``None`` for the default menu (``"dots"``,
         ``"dots_no_batch"``, and ``"names"``: ``save_only_these_names`` for the names a
         layer marks with ``jax.ad_checkpoint.checkpoint_name``), a sequence of those names
         and callable policies, or ``()`` for the whole tape only. The plan chooses per

@@ -5,7 +5,7 @@ A plan (``solver.Plan``) is a tuple of ``solver.Layer(i)`` and
 
 * ``Layer(i)``: call ``layers[i](params[i], x)`` plainly; under autodiff JAX keeps the
   layer's residuals (its tape): Rotor's ``F_all(i)`` then ``B(i)``.
-* ``Layer(i, option=k)``, ``k >= 1`` (issue 17, :mod:`jaxremat.policies`): call
+* ``Layer(i, option=k)``, ``k >= 1`` (issue 17, :mod:`jaxremat.sequence.policies`): call
   ``jax.checkpoint(layers[i], policy=policies[i][k], prevent_cse=True)``; JAX keeps only
   the residuals the policy saves and recomputes the rest in the layer's backward.
 * ``Checkpoint(start, stop, body)``: run layers ``start .. stop-1`` keeping only the input
@@ -13,7 +13,7 @@ A plan (``solver.Plan``) is a tuple of ``solver.Layer(i)`` and
   ``body`` (itself a plan, applied recursively) and run its backward. A checkpoint nested
   more than :data:`MAX_NESTING` deep (plans near the minimum budget nest as deep as the
   chain is long) is applied flat, with the same schedule, by
-  :func:`jaxremat.flat_apply.flat_segment` in both backends.
+  :func:`jaxremat.sequence.flat_apply.flat_segment` in both backends.
 
 Two backends realise a checkpoint:
 
@@ -48,14 +48,14 @@ from solver import Checkpoint, Layer, validate_plan
 from solver import Plan as SolverPlan
 
 from .flat_apply import flat_segment, nesting_depth
-from .trace_state import is_differentiated
+from ..trace_state import is_differentiated
 
 __all__ = ["BACKENDS", "MAX_NESTING", "apply_plan"]
 
 BACKENDS = ("checkpoint", "custom_vjp")
 
 MAX_NESTING = 16
-"""Checkpoints nested deeper than this are applied flat (:mod:`jaxremat.flat_apply`): nested
+"""Checkpoints nested deeper than this are applied flat (:mod:`jaxremat.sequence.flat_apply`): nested
 ``jax.checkpoint`` recurses in Python (here and in JAX's tracing) once per level."""
 
 

@@ -1,9 +1,9 @@
-"""The program-order walk behind :mod:`jaxremat.meter`: liveness over jaxprs, calls inlined.
+"""The program-order walk behind :mod:`jaxremat.measure.meter`: liveness over jaxprs, calls inlined.
 
-:class:`Walker` implements the memory model stated in :mod:`jaxremat.meter`'s docstring
+:class:`Walker` implements the memory model stated in :mod:`jaxremat.measure.meter`'s docstring
 (values freed after their last use, calls measured as if inlined, loops conservative). The
 public entry points (``program_memory``, ``activation_memory``, ``inputs_read``) live in
-:mod:`jaxremat.meter`; this module holds the walk and the values it reports.
+:mod:`jaxremat.measure.meter`; this module holds the walk and the values it reports.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 import jax
 from jax.extend.core import DropVar, Jaxpr, Literal
 
-from .jax_compat import check_known, is_call, sub_jaxprs
+from ..jax_compat import check_known, is_call, sub_jaxprs
 
 __all__ = ["LiveValue", "Walker", "aval_nbytes", "KEPT", "UNCOUNTED", "DEAD", "OUTSIDE"]
 
@@ -112,7 +112,7 @@ def _handover(eqn: Any) -> tuple[list[Jaxpr], int] | None:
 
 
 class Walker:
-    """Walks jaxprs in program order (model: :mod:`jaxremat.meter`).
+    """Walks jaxprs in program order (model: :mod:`jaxremat.measure.meter`).
 
     ``peak`` is cached per (sub-)jaxpr and input and output counting, so a body shared by
     many call sites (counted alike) is walked once. ``live`` (for ``detail=True``) walks

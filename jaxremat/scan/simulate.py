@@ -24,7 +24,7 @@ import numpy as np
 import solver
 from solver import Chain, OpKind, apply_op, initial_state
 
-from .scan_members import NestedScan, skeleton
+from .members import NestedScan, skeleton
 
 __all__ = ["is_homogeneous", "simulate_member"]
 
@@ -133,7 +133,7 @@ class _Simulator:
 def simulate_member(chain: Chain, member: NestedScan, memo: dict | None = None
                     ) -> tuple[float, float]:
     """``(time, peak)`` of ``member``'s plan on ``chain``, equal to ``solver.simulate`` of
-    the op sequence of :func:`jaxremat.scan_family.solver_plan` (module docstring).
+    the op sequence of :func:`jaxremat.scan.family.solver_plan` (module docstring).
     ``memo`` (a dict kept between calls on the same chain) shares the segments' records
     between members. ``chain`` must be homogeneous (:func:`is_homogeneous`)."""
     simulator = _Simulator(chain, {} if memo is None else memo)

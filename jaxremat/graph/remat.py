@@ -2,7 +2,7 @@
 
 ``g = remat_graph(fn)`` returns a callable ``g(params, x)`` equal to ``fn(params, x)``. The
 first time it is traced for an input signature it builds the dataflow graph of ``fn``'s
-jaxpr (:mod:`jaxremat.graph`), runs :func:`solver.checkpoint_search` on it (the set of
+jaxpr (:mod:`jaxremat.measure.dataflow`), runs :func:`solver.checkpoint_search` on it (the set of
 kept tensors of least training memory in Feng & Huang's model, CVPR 2021), and runs ``fn`` as a sequence of *regions*, each
 under its own ``jax.checkpoint``:
 
@@ -36,7 +36,7 @@ for the least recompute. Two things change:
   0.63-1.57 for budgeted plans. So the budgeted search's model budget is only a knob: each
   candidate set is measured with :func:`jaxremat.activation_memory` on the program it
   yields, and the plan is the least recompute among those that fit
-  (:mod:`jaxremat.graph_budget`). If none fits, the least-memory plan without a budget is
+  (:mod:`jaxremat.graph.budget`). If none fits, the least-memory plan without a budget is
   used when it fits: a budget that ``remat_graph(fn)`` meets is always met.
 """
 
@@ -56,13 +56,13 @@ import solver
 from solver.errors import check_real
 from solver.graph.model import memory_of, strongly_connected
 
-from .budget import check_budget, empty_input_hint, format_bytes, resolve_budget
-from .graph import SOURCE, TARGET, TracedGraph, trace_graph
-from .graph_budget import fit_budget
-from .jax_compat import close_jaxpr
-from .meter import activation_memory
-from .trace_state import vmap_batch_size
-from .trees import abstractify, leaf_shapes, signature
+from ..budget import check_budget, empty_input_hint, format_bytes, resolve_budget
+from ..measure.dataflow import SOURCE, TARGET, TracedGraph, trace_graph
+from .budget import fit_budget
+from ..jax_compat import close_jaxpr
+from ..measure.meter import activation_memory
+from ..trace_state import vmap_batch_size
+from ..trees import abstractify, leaf_shapes, signature
 
 __all__ = ["GraphPlan", "RematGraph", "remat_graph"]
 
@@ -419,7 +419,7 @@ def remat_graph(
         or a share of the plain function's measured memory such as ``"40%"``. The plan is
         then the set of least recompute found whose :func:`jaxremat.activation_memory`
         (of the sum of ``fn``'s outputs, parameters and their gradients excluded) fits
-        (:mod:`jaxremat.graph_budget`). Under ``jax.vmap`` it means the whole batch (or
+        (:mod:`jaxremat.graph.budget`). Under ``jax.vmap`` it means the whole batch (or
         ensemble), and the vmapped program is what is measured.
       max_vertices: refuse functions with more top-level operations on ``x`` than this.
       time_limit: with a budget, seconds allowed to the (at most 6) budgeted searches

@@ -1,0 +1,12 @@
+"""Measurement: what a JAX program costs, read from its jaxpr, its lowering or the device.
+
+* :mod:`.meter` and :mod:`.liveness`: memory in program order (the meter that sees
+  rematerialization on CPU, where XLA undoes it);
+* :mod:`.trace`: one layer's vjp, its tape and transients;
+* :mod:`.costs` and :mod:`.timing`: flops and bytes before XLA optimises, and measured time;
+* :mod:`.dataflow`: the dataflow graph of a function, for the graph solver;
+* :mod:`.device`: how much memory a device leaves for activations.
+
+Nothing here plans or applies a plan; the frontends (:mod:`jaxremat.sequence`,
+:mod:`jaxremat.graph`, :mod:`jaxremat.scan`, :mod:`jaxremat.flax`) build on it.
+"""

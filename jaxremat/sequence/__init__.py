@@ -1,0 +1,10 @@
+"""The chain frontend: a sequence of layers, profiled into Rotor's chain, planned, applied.
+
+* :mod:`.profile` and :mod:`.options`: each layer's sizes and costs (``solver.Chain``), and its
+  checkpoint-policy options;
+* :mod:`.policies`: the menu of ``jax.checkpoint`` policies;
+* :mod:`.plan` and :mod:`.plot`: what the solver decided, printed and drawn;
+* :mod:`.apply` and :mod:`.flat_apply`: the plan as nested ``jax.checkpoint`` (or
+  ``jax.custom_vjp``) segments;
+* :mod:`.remat`: :func:`jaxremat.remat_sequence`, the public entry point.
+"""

@@ -1,0 +1,107 @@
+"""A layer's checkpoint-policy options, profiled and merged.
+
+Options (issue 17; ALGORITHMS.md section 2, "Multi-option layers"): besides its whole tape
+(option 0, everything above), each layer is profiled under the ``jax.checkpoint`` policies of
+its menu (:mod:`jaxremat.sequence.policies`): ``jax.checkpoint(layer, policy=..., prevent_cse=True)``
+is traced exactly as above, so an option's tape is what ``jax.vjp`` of the policy-applied
+layer keeps and its pullback reads, its backward cost and transients include the
+recomputation the policy implies (the pullback recomputes what was not saved), and its
+tape-only forward computes only the saved values. Its forward is the layer's forward.
+Options whose tapes are identical (counted residuals of the same shapes and dtypes, the same
+output flag, and the same flops and transients) merge, keeping the first name; an option no smaller and no faster than the whole tape, or no better
+than another option in any field, is dropped as dominated; a policy that fails on a layer (JAX rejects it) is dropped from that layer's
+menu, with the reason kept in :attr:`LayerProfile.dropped`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+
+from solver import Chain
+from solver.chain.options import LayerOptions
+
+from ..measure.trace import TracedLayer, tape_signature, trace_layer
+from .layer import LayerProfile, OptionProfile, layer_costs
+from .policies import PolicyOption, layer_menu, marked_names
+
+def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyOption,
+                    base: LayerProfile, costs: str, repeats: int,
+                    input_grad: bool) -> tuple[OptionProfile, tuple]:
+    """Profile ``layer`` under ``option``'s policy; also return its tape's signature."""
+    saved = jax.checkpoint(layer, policy=option.policy, prevent_cse=True)
+    traced = trace_layer(saved, p, x, index, input_grad=input_grad)
+    found = layer_costs(saved, p, x, traced, costs, repeats)
+    found = OptionProfile(
+        name=option.name, policy=option.policy, tape_bytes=found["tape_bytes"],
+        fwd_tmp=found["fwd_tmp"], bwd_tmp=found["bwd_tmp"], fwd_time=base.fwd_time,
+        fwd_tape_time=min(found["fwd_tape_time"], base.fwd_time),
+        bwd_time=max(found["bwd_time"], _backward_floor(base, found["bwd_flops"], costs)),
+        fwd_tape_flops=min(found["fwd_tape_flops"], base.fwd_flops),
+        bwd_flops=max(found["bwd_flops"], base.bwd_flops), output_in_tape=found["output_in_tape"],
+    )
+    # equal shapes alone do not make equal tapes (tanh(x @ w) vs x @ w): the costs must agree too
+    key = (tape_signature(traced), found.bwd_flops, found.fwd_tape_flops, found.fwd_tmp,
+           found.bwd_tmp)
+    return found, key
+
+
+def _backward_floor(base: LayerProfile, bwd_flops: float, costs: str) -> float:
+    """The least backward time an option may have: the whole tape's backward, and with
+    measured costs that time scaled by the option's flops (its backward is the whole tape's
+    plus recomputation; timed on a busy CPU it often measures no dearer, and the plan would
+    take the smaller tape for free)."""
+    if costs != "measured" or base.bwd_flops <= 0:
+        return base.bwd_time
+    return base.bwd_time * max(1.0, bwd_flops / base.bwd_flops)
+
+
+def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: TracedLayer,
+                   menu: tuple, costs: str, repeats: int,
+                   input_grad: bool) -> tuple[tuple[OptionProfile, ...], tuple]:
+    """The layer's options k >= 1 after merging, and ``(name, reason)`` of those dropped."""
+    options: list[OptionProfile] = []
+    dropped: list[tuple[str, str]] = []
+    seen = {(tape_signature(traced), base.bwd_flops, base.fwd_tape_flops, base.fwd_tmp,
+             base.bwd_tmp): "everything"}
+    for option in layer_menu(menu, marked_names(layer, p, x))[1:]:
+        try:
+            found, key = _profile_option(layer, p, x, base.index, option, base, costs, repeats,
+                                         input_grad)
+        except Exception as error:  # noqa: BLE001 - JAX rejected the policy on this layer
+            cause = error.__cause__ or error  # trace_layer names the layer; the plan does
+            dropped.append((option.name, f"rejected: {type(cause).__name__}: {cause}"[:300]))
+            continue
+        if key in seen:
+            dropped.append((option.name, f"same tape as {seen[key]!r}"))
+        elif found.tape_bytes >= base.tape_bytes and found.bwd_time >= base.bwd_time:
+            dropped.append((option.name, "no smaller and no faster than the whole tape"))
+        else:
+            seen[key] = option.name
+            options.append(found)
+    kept = [o for o in options if not any(_dominates(other, o) for other in options)]
+    dropped += [(o.name, "dominated by " + repr(next(d.name for d in options if _dominates(d, o))))
+                for o in options if o not in kept]
+    return tuple(kept), tuple(dropped)
+
+
+def _dominates(a: OptionProfile, b: OptionProfile) -> bool:
+    """Whether option ``a`` is no worse than ``b`` in every field of the chain and better in
+    one (then no plan needs ``b``)."""
+    fields = ("tape_bytes", "fwd_tape_time", "bwd_time", "fwd_tmp", "bwd_tmp")
+    no_worse = all(getattr(a, f) <= getattr(b, f) for f in fields)
+    return (no_worse and a.output_in_tape == b.output_in_tape
+            and any(getattr(a, f) < getattr(b, f) for f in fields))
+
+
+def with_options(chain: Chain, profiles: Sequence[LayerProfile]) -> Chain:
+    """``chain`` with the layers' options (``Chain.options``); unchanged when none has any."""
+    if not any(p.options for p in profiles):
+        return chain
+
+    extra = [[dict(xbar_size=o.tape_bytes, fwd_time=o.fwd_time, fwd_tape_time=o.fwd_tape_time,
+                   bwd_time=o.bwd_time, fwd_tmp=o.fwd_tmp, bwd_tmp=o.bwd_tmp,
+                   output_in_tape=o.output_in_tape, name=o.name) for o in p.options]
+             for p in profiles]
+    return chain.with_options(LayerOptions.from_columns(chain, extra))
