@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jaxremat import activation_memory, remat_graph
-from jaxremat.graph import SOURCE, TARGET, equation_flops, trace_graph
+from jaxremat.measure.dataflow import SOURCE, TARGET, equation_flops, trace_graph
 
 from dense_chain import Y  # 1 where tanh's tape holds its output (JAX 0.10), else 0
 from tiers import sweep
@@ -87,7 +87,8 @@ def assert_same(fn, g, params, x, transform=lambda f: f):
     v2, g2 = transform(jax.value_and_grad(g, argnums=(0, 1)))(params, x)
     np.testing.assert_allclose(v2, v1, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
-        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+        # float32 sums reassociated by a recomputation err in proportion to the array's scale
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(a).max())))
 
 
 def assert_regions_valid(plan):
