@@ -93,7 +93,7 @@ part_mlp() {
 }
 
 part_tests() {
-    step 420 $PY -m pytest -q -p no:cacheprovider tests/test_sequence.py tests/test_apply.py \
+    step 420 $PY -m pytest -q -p no:cacheprovider -n 0 tests/test_sequence.py tests/test_apply.py \
         tests/test_profile.py tests/test_device.py tests/test_flax_nnx.py tests/test_remat_graph.py
 }
 
