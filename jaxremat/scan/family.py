@@ -45,15 +45,16 @@ import dataclasses
 import heapq
 import itertools
 import math
+from typing import Callable
 
 import solver
 from solver import Chain, Schedule, make_schedule
 
-from .members import NestedScan, family, inner_sizes, pieces, solver_plan
+from .members import NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
 from .simulate import is_homogeneous, simulate_member
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "solver_plan", "family",
-           "choose", "Choice", "member_schedule",
+           "choose", "chain_options", "loop_margin", "Choice", "member_schedule",
            "FamilyInfeasible"]
 
 _PEAK_TOLERANCE = 1e-9  # as solver.solve: the DP and the simulator sum sizes in other orders
@@ -82,8 +83,9 @@ class _Search:
     :func:`jaxremat.scan.simulate.simulate_member` (replays repeated segments, equals
     ``solver.simulate``), otherwise each distinct plan once by ``solver.make_schedule``."""
 
-    def __init__(self, chain: Chain, loop_margin: float, memo: dict | None) -> None:
-        self.chain, self.loop_margin = chain, loop_margin
+    def __init__(self, chain: Chain, margin: Callable[[NestedScan], float],
+                 memo: dict | None) -> None:
+        self.chain, self.margin = chain, margin
         self.memo: dict | None = None
         if is_homogeneous(chain):
             self.memo = {} if memo is None else memo
@@ -104,36 +106,82 @@ class _Search:
         else:
             self.seen.add(member)
             time, peak = simulate_member(self.chain, member, self.memo)
-        peak += (member.levels + 1) * self.loop_margin
+        peak += self.margin(member)
         if peak < self.min_peak:
             self.min_peak, self.smallest = peak, member
         heapq.heappush(self.heap, (time, peak, member.levels, next(self.counter), member))
 
 
+def chain_options(chain: Chain) -> int:
+    """The options every layer of the homogeneous ``chain`` offers (1: the whole tape only).
+    A member runs all its stored layers under one option, so only the options valid on
+    every layer count (the first ``K`` columns, as ``LayerOptions`` lays them out)."""
+    if chain.options is None:
+        return 1
+    valid = chain.options.valid.all(axis=0)
+    return int(valid.argmin()) if not valid.all() else int(valid.size)
+
+
+def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0) -> float:
+    """Bytes to add to the unrolled chain's simulated peak of ``member`` for its loops and
+    parameter slices: what the program-order meter (:func:`jaxremat.activation_memory`,
+    loops as in :mod:`jaxremat.measure.meter`) counts and the chain does not.
+    ``param_bytes``: one layer's parameters.
+
+    The meter counts a loop's outputs (the stacked residuals) from before its body runs,
+    beside the body's own values, and the new carry beside the old one: one iteration's
+    residuals and carry twice. Per checkpointing level that is the segment's input (its
+    residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
+    layer's tape under the member's option (none when every segment is one layer in one
+    scan, ``jax.checkpoint`` per layer, where the carry alone is counted twice: ``x``). A level that does not reshape the parameters
+    (:func:`jaxremat.scan.members.reshaped`) splits them (``lax.split``) and the meter
+    counts the pieces and the gradient pieces before their concatenation: twice the
+    parameters it cuts (all ``L`` layers at the top level, a segment's below it).
+    Measured on the residual MLP block of ``benchmarks/scan_depth.py``: exact for the plain
+    scan (with and without a policy), for one reshaped level and for segments of one layer;
+    :meth:`RematScan._fit` takes any excess off the budget and
+    chooses again."""
+    x = float(chain.x_size[0])
+    L = chain.length
+    sizes = tuple(k for k in member.sizes if k < L)
+    if sizes == (1,):  # jax.checkpoint per layer in one scan: the new carry beside the old
+        return x
+    tape = float(chain.xbar_size[0] if chain.options is None or not member.option
+                 else chain.options.xbar_size[0, member.option])
+    split = 0.0
+    if sizes and not reshaped(L, sizes):
+        split += 2 * L * param_bytes
+    if len(sizes) > 1:
+        split += 2 * sizes[0] * param_bytes
+    return tape + 2 * x * len(sizes) + split
+
+
 def choose(chain: Chain, budget: float, *, max_levels: int = 2,
-           loop_margin: float = 0.0, memo: dict | None = None) -> Choice:
+           margin: Callable[[NestedScan], float] | None = None,
+           memo: dict | None = None) -> Choice:
     """The fastest member of the family with at most ``max_levels`` levels whose simulated
-    peak, plus ``loop_margin`` per ``lax.scan`` level (``levels + 1``), fits ``budget``
-    (ties: the lower peak, then fewer levels). ``memo``: a dict to keep the simulator's
-    segment records in between calls on the same chain.
+    peak, plus ``margin(member)`` (none by default; :func:`loop_margin` for the meter's
+    loops), fits ``budget`` (ties: the lower peak, then fewer levels). ``memo``: a dict to
+    keep the simulator's segment records in between calls on the same chain.
 
     Raises:
       FamilyInfeasible (a ``solver.InfeasibleBudget``): no member fits; ``.min_budget`` is
         the least peak (margin included) in the family (every member was costed by then),
         ``.member`` the member that has it.
     """
-    search = _Search(chain, loop_margin, memo)
-    search.push(NestedScan())
-    if max_levels >= 1:
-        for k in range(1, chain.length):
-            search.push(NestedScan((k,)))
+    search = _Search(chain, margin or (lambda member: 0.0), memo)
+    for option in range(chain_options(chain)):
+        search.push(NestedScan((), option))
+        if max_levels >= 1:
+            for k in range(1, chain.length):
+                search.push(NestedScan((k,), option))
     while search.heap:
         _, peak, levels, _, member = heapq.heappop(search.heap)
         if peak <= budget * (1 + _PEAK_TOLERANCE):
             return Choice(member, member_schedule(chain, member), len(search.seen))
         if 1 <= levels < max_levels:
             for k in inner_sizes(member.sizes[-1]):
-                search.push(NestedScan(member.sizes + (k,)))
+                search.push(NestedScan(member.sizes + (k,), member.option))
     smallest = search.smallest
     raise FamilyInfeasible(budget, search.min_peak, smallest, member_schedule(chain, smallest))
 

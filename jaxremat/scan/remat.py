@@ -41,12 +41,13 @@ from jax.extend.core import ClosedJaxpr, Jaxpr
 import solver
 from solver import Chain, Schedule, format_bytes, format_plan
 
-from ..budget import check_budget, resolve_budget
+from ..budget import check_budget, is_share, parse_budget, resolve_budget
 from ..measure.meter import activation_memory
 from ..sequence.plan import check_settings
+from ..sequence.policies import check_policies
 from ..sequence.profile import LayerProfile, profile_sequence
-from .family import FamilyInfeasible, choose, member_schedule
-from .members import NestedScan, pieces
+from .family import FamilyInfeasible, choose, loop_margin, member_schedule
+from .members import NestedScan, pieces, reshaped
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
 
@@ -139,30 +140,51 @@ def _scan_layers(layer: Callable, params: Any, x: Any) -> Any:
     return jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
 
 
-def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: int) -> Any:
-    """Apply ``length`` layers (``params`` stacked on axis 0) under the levels ``sizes``;
-    the same recursion as :func:`jaxremat.scan.family.solver_plan`."""
+def _stored(layer: Callable, policy: Callable | None) -> Callable:
+    """``layer`` as a layer that stores its tape runs it: whole (``policy`` ``None``) or under
+    ``jax.checkpoint`` with ``policy`` (a chain option; no CSE across scan iterations, so
+    ``prevent_cse`` is not needed: jax.checkpoint docs)."""
+    return layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
+
+
+def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: int,
+         policy: Callable | None = None, top: bool = True) -> Any:
+    """Apply ``length`` layers (``params`` stacked on axis 0) under the levels ``sizes``,
+    the layers that store their tapes under ``policy``; the same recursion as
+    :func:`jaxremat.scan.members.skeleton`. A top level whose size divides ``length`` is one
+    scan over the parameters reshaped to ``(length / k, k, ...)``: no copy (a leading-axis
+    reshape is a bitcast), one loop."""
     while sizes and sizes[0] >= length:
         sizes = sizes[1:]
     if not sizes:
-        return _scan_layers(layer, params, x)
+        return _scan_layers(_stored(layer, policy), params, x)
+    if top and reshaped(length, sizes):
+        size = sizes[0]
+        if size == 1:  # jax.checkpoint per layer in one scan: the segment is the layer
+            segment = jax.checkpoint(_stored(layer, policy), prevent_cse=False)
+            return _scan_layers(segment, params, x)
+        count = length // size
+        rows = jax.tree.map(lambda leaf: leaf.reshape((count, size) + leaf.shape[1:]), params)
+        body = functools.partial(_segment, layer, sizes[1:], size, policy)
+        return _scan_layers(jax.checkpoint(body, prevent_cse=False), rows, x)
     parts = pieces(length, sizes[0])
     groups = _runs(parts[:-1])
     chunks = _split(params, [size * len(group) for size, group in groups] + [parts[-1]])
     for (size, group), chunk in zip(groups, chunks):
         count = len(group)
-        body = functools.partial(_segment, layer, sizes[1:], size)
+        body = functools.partial(_segment, layer, sizes[1:], size, policy)
         if count == 1:
             x = jax.checkpoint(body, prevent_cse=True)(chunk, x)
         else:  # no CSE across scan iterations: prevent_cse is not needed (jax.checkpoint docs)
             segment = jax.checkpoint(body, prevent_cse=False)
             rows = jax.tree.map(lambda leaf: leaf.reshape((count, size) + leaf.shape[1:]), chunk)
             x = jax.lax.scan(lambda h, p: (segment(p, h), None), x, rows)[0]
-    return _run(layer, sizes[1:], chunks[-1], x, parts[-1])
+    return _run(layer, sizes[1:], chunks[-1], x, parts[-1], policy, top=False)
 
 
-def _segment(layer: Callable, sizes: tuple[int, ...], length: int, params: Any, x: Any) -> Any:
-    return _run(layer, sizes, params, x, length)
+def _segment(layer: Callable, sizes: tuple[int, ...], length: int, policy: Callable | None,
+             params: Any, x: Any) -> Any:
+    return _run(layer, sizes, params, x, length, policy, top=False)
 
 
 def _runs(parts: list[int]) -> list[tuple[int, list[int]]]:
@@ -176,24 +198,18 @@ def _runs(parts: list[int]) -> list[tuple[int, list[int]]]:
     return groups
 
 
-def loop_margin(chain: Chain) -> float:
-    """Bytes to add to the unrolled chain's peak per ``lax.scan`` level: one layer's input
-    and tape (``x_size + xbar_size``).
-
-    The chain counts a scanned layer as it counts an unrolled one; the program-order meter
-    (:func:`jaxremat.activation_memory`, loops as in :mod:`jaxremat.measure.meter`) counts a loop's
-    stacked outputs from before its body runs, beside the body's own values, and the new
-    carry beside the old one: one iteration's carry and residuals twice. Measured on
-    residual blocks (tests/test_scan.py), the excess over the chain's peak was 0.8 to 1.5
-    times this per level."""
-    return float(chain.x_size[0] + chain.xbar_size[0])
+def option_policies(profile: LayerProfile) -> tuple[Callable | None, ...]:
+    """The ``jax.checkpoint`` policy of each chain option of the layer: ``None`` (the whole
+    tape) for option 0, then those of ``profile.options``."""
+    return (None,) + tuple(option.policy for option in profile.options)
 
 
-def _measured(layer: Callable, params: Any, x: Any, length: int, member: NestedScan) -> int:
+def _measured(layer: Callable, params: Any, x: Any, length: int,
+              policies: tuple[Callable | None, ...], member: NestedScan) -> int:
     """:func:`jaxremat.activation_memory` of ``member``'s program on abstract inputs, the
     sum of the (inexact) output leaves as the loss."""
     def loss(p: Any, h: Any) -> Any:
-        out = _run(layer, member.sizes, p, h, length)
+        out = _run(layer, member.sizes, p, h, length, policies[member.option])
         return sum(jnp.sum(jnp.real(leaf)).astype(jnp.float32) for leaf in jax.tree.leaves(out)
                    if jnp.issubdtype(leaf.dtype, jnp.inexact))
     return activation_memory(loss, params, x)
@@ -218,8 +234,8 @@ class ScanPlan:
       layer: the layer's profile (:class:`jaxremat.sequence.profile.LayerProfile`).
       budget: bytes, for the whole batch; method, costs: how it was chosen.
       batch_size: the ``jax.vmap`` batch (1 without vmap).
-      loop_margin: bytes per example added to the chain's peak per ``lax.scan`` level
-        (:func:`loop_margin`).
+      loop_margin: bytes per example added to the chain's peak for the member's loops
+        (:func:`jaxremat.scan.family.loop_margin`).
       measured_peak: :func:`jaxremat.activation_memory` of the gradient of the plan's
         program (the sum of the output as the loss), for the whole batch: what the budget
         was checked against.
@@ -242,11 +258,22 @@ class ScanPlan:
         return self.chain.length
 
     @property
+    def policy(self) -> Callable | None:
+        """The ``jax.checkpoint`` policy the layers that store their tapes run under
+        (``None``: the whole tape), from the member's option."""
+        return option_policies(self.layer)[self.member.option]
+
+    @property
+    def option_name(self) -> str:
+        """The name of the member's option (``"everything"``, ``"dots"``, ...)."""
+        return "everything" if not self.member.option else \
+            self.layer.options[self.member.option - 1].name
+
+    @property
     def predicted_peak(self) -> float:
         """Predicted peak bytes of the step through the stack (the budget's quantity): the
-        simulated peak of the unrolled chain plus the loop margin of each scan level."""
-        margin = (self.member.levels + 1) * self.loop_margin
-        return (float(self.schedule.peak) + margin) * self.batch_size
+        simulated peak of the unrolled chain plus the member's loop margin."""
+        return (float(self.schedule.peak) + self.loop_margin) * self.batch_size
 
     @property
     def predicted_time(self) -> float:
@@ -301,8 +328,8 @@ class ScanPlan:
         ] + [f"    {line}" for line in self.levels()] + [
             f"  predicted peak  {format_bytes(self.predicted_peak)} "
             f"({self.predicted_peak / self.budget:.0%} of budget, of which loop margin "
-            f"{format_bytes((self.member.levels + 1) * self.loop_margin * self.batch_size)}; "
-            f"no remat: {format_bytes((no_remat.peak + self.loop_margin) * self.batch_size)})",
+            f"{format_bytes(self.loop_margin * self.batch_size)}; no remat: "
+            f"{format_bytes((no_remat.peak + loop_margin(self.chain, NestedScan())) * self.batch_size)})",
             f"  measured peak   {format_bytes(self.measured_peak)} (activation_memory, "
             f"program order)",
             f"  predicted time  {_format_time(self.predicted_time)} "
@@ -327,7 +354,7 @@ class RematScan:
     """
 
     def __init__(self, layer: Callable, budget: int | float | str, *, method: str = "rotor",
-                 costs: str = "static", max_levels: int = 2) -> None:
+                 costs: str = "static", max_levels: int = 2, policies: Any = None) -> None:
         if not callable(layer):
             raise TypeError(f"layer must be a function layer(params, x) -> y, got "
                             f"{type(layer).__name__}.")
@@ -340,6 +367,7 @@ class RematScan:
             raise ValueError(f"max_levels must be an integer >= 0, got {max_levels!r}.")
         self._layer, self._budget = layer, check_budget(budget)
         self._method, self._costs, self._max_levels = method, costs, max_levels
+        self._policies = check_policies(policies) if method == "rotor" else ()
         self._cache: dict[tuple, ScanPlan] = {}
         self.profile_count = 0
 
@@ -349,31 +377,32 @@ class RematScan:
     def __repr__(self) -> str:
         return f"RematScan(budget={self._budget!r}, method={self._method!r}, costs={self._costs!r})"
 
-    def _fit(self, chain: Chain, budget: float, margin: float, measure: Callable[[NestedScan], int]
-             ) -> tuple[NestedScan, Schedule, int]:
+    def _fit(self, chain: Chain, budget: float, measure: Callable[[NestedScan], int],
+             margin: Callable[[NestedScan], float]) -> tuple[NestedScan, Schedule, int]:
         """The member chosen for ``budget`` (bytes per example) whose *measured* memory fits:
         when the meter finds more than the prediction, the excess is taken off the budget and
         the choice made again (a few rounds); then the member of least peak, if it fits.
 
         Raises ``solver.InfeasibleBudget`` naming a budget that works: the larger of the
-        least predicted peak and that member's measured memory."""
+        least predicted peak and that member's measured memory. ``margin(member)``: bytes
+        added to the chain's peak (:func:`jaxremat.scan.family.loop_margin`)."""
         extra = 0.0
         smallest = None
         memo: dict = {}
         for _ in range(6):
             try:
-                member, schedule = self._member(chain, budget - extra, margin, memo)
+                member, schedule = self._member(chain, budget - extra, memo, margin)
             except FamilyInfeasible as error:
                 smallest = (error.member, error.schedule, error.min_budget)
                 break
             measured = measure(member)
             if measured <= budget:
                 return member, schedule, measured
-            predicted = schedule.peak + (member.levels + 1) * margin
+            predicted = schedule.peak + margin(member)
             extra = max(extra + measured - budget, measured - predicted)
         if smallest is None:
             try:
-                self._member(chain, 0.0, margin, memo)
+                self._member(chain, 0.0, memo, margin)
             except FamilyInfeasible as error:
                 smallest = (error.member, error.schedule, error.min_budget)
         member, schedule, least = smallest
@@ -382,18 +411,18 @@ class RematScan:
             return member, schedule, measured
         raise solver.InfeasibleBudget(budget, max(least, measured), f"remat_scan {self._method}")
 
-    def _member(self, chain: Chain, budget: float, margin: float, memo: dict
-                ) -> tuple[NestedScan, Schedule]:
+    def _member(self, chain: Chain, budget: float, memo: dict,
+                margin: Callable[[NestedScan], float]) -> tuple[NestedScan, Schedule]:
         L = chain.length
         fixed = {"none": NestedScan(), "every_layer": NestedScan((1,) if L > 1 else ()),
                  "sqrt": NestedScan((max(1, round(math.sqrt(L))),) if L > 1 else ())}
         if self._method == "rotor":
-            choice = choose(chain, budget, max_levels=self._max_levels, loop_margin=margin,
+            choice = choose(chain, budget, max_levels=self._max_levels, margin=margin,
                             memo=memo)
             return choice.member, choice.schedule
         member = fixed[self._method]
         schedule = member_schedule(chain, member)
-        need = schedule.peak + (member.levels + 1) * margin
+        need = schedule.peak + margin(member)
         if need > budget * (1 + 1e-9):
             raise FamilyInfeasible(budget, need, member, schedule)
         return member, schedule
@@ -410,22 +439,29 @@ class RematScan:
         one = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), abstract_params)
         _check_scannable(self._layer, one, abstract_x)
         profile = profile_sequence([self._layer] * length, [one] * length, abstract_x,
-                                   costs=self._costs, progress=False, input_grad=True)
+                                   costs=self._costs, progress=False, input_grad=True,
+                                   policies=self._policies)
         self.profile_count += 1
         chain = profile.chain
-        margin = loop_margin(chain)
-        measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length)
-        plain = max(measure(NestedScan()), member_schedule(chain, NestedScan()).peak + margin)
-        budget = resolve_budget(self._budget, plain * batch)  # "100%" always fits
+        param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
+        margin = functools.partial(loop_margin, chain, param_bytes=param_bytes / batch)
+        measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
+                                    option_policies(profile.layers[0]))
+        if not is_share(self._budget):  # bytes: no need to measure the plain scan
+            budget = parse_budget(self._budget)
+        else:
+            plain = max(measure(NestedScan()), member_schedule(chain, NestedScan()).peak
+                        + loop_margin(chain, NestedScan()))
+            budget = resolve_budget(self._budget, plain * batch)  # "100%" always fits
         try:
-            member, schedule, measured = self._fit(chain, budget / batch, margin, measure)
+            member, schedule, measured = self._fit(chain, budget / batch, measure, margin)
         except solver.InfeasibleBudget as error:
             raise solver.InfeasibleBudget(
                 budget, math.ceil(error.min_budget * batch), error.method, units="bytes"
             ) from None
         plan = ScanPlan(member=member, chain=chain, schedule=schedule, layer=profile.layers[0],
                         budget=budget, method=self._method, costs=self._costs, batch_size=batch,
-                        loop_margin=margin, measured_peak=measured * batch)
+                        loop_margin=margin(member), measured_peak=measured * batch)
         self._cache[key] = plan
         return plan
 
@@ -445,7 +481,8 @@ class RematScan:
             of its input (use :func:`jaxremat.remat_sequence` then).
         """
         plan = self._plan(stacked_params, x)
-        return _run(self._layer, plan.member.sizes, stacked_params, x, plan.length)
+        return _run(self._layer, plan.member.sizes, stacked_params, x, plan.length,
+                    plan.policy)
 
     def cache_clear(self) -> None:
         """Forget the cached plans."""
@@ -453,7 +490,7 @@ class RematScan:
 
 
 def remat_scan(layer: Callable, budget: int | float | str, *, method: str = "rotor",
-               costs: str = "static", max_levels: int = 2) -> RematScan:
+               costs: str = "static", max_levels: int = 2, policies: Any = None) -> RematScan:
     """``f(stacked_params, x)``: ``layer`` scanned over parameters stacked on axis 0, with
     the fastest nested-scan rematerialization that fits ``budget`` (module docstring).
 
@@ -466,8 +503,15 @@ def remat_scan(layer: Callable, budget: int | float | str, *, method: str = "rot
         :mod:`jaxremat.scan.family`), ``"none"``, ``"every_layer"`` or ``"sqrt"``.
       costs: ``"static"``, ``"flops"`` or ``"measured"`` (:mod:`jaxremat.sequence.profile`).
       max_levels: the most checkpointing levels (nested ``lax.scan`` depth is one more).
+      policies: the ``jax.checkpoint`` policies the scanned layers may run under
+        (:mod:`jaxremat.sequence.policies`; uniform within the scan: one body): ``None`` for
+        the default menu, a sequence of names and callables, or ``()`` for the whole tape
+        only. A member of the family is then, e.g., the plain scan with the layer under
+        ``dots_saveable``, or checkpointed segments whose layers run under it. Only
+        ``method="rotor"`` uses them.
 
     Returns:
       A :class:`RematScan`, usable under ``jax.jit``, ``jax.grad`` and ``jax.vmap``.
     """
-    return RematScan(layer, budget, method=method, costs=costs, max_levels=max_levels)
+    return RematScan(layer, budget, method=method, costs=costs, max_levels=max_levels,
+                     policies=policies)

@@ -24,15 +24,21 @@ import numpy as np
 import solver
 from solver import Chain, OpKind, apply_op, initial_state
 
-from .members import NestedScan, skeleton
+from .members import NestedScan, body_items, skeleton
 
 __all__ = ["is_homogeneous", "simulate_member"]
 
 
 def is_homogeneous(chain: Chain) -> bool:
-    """Whether every per-layer cost and size of ``chain`` is the same (``x_size`` too)."""
-    vectors = (chain.fwd_time, chain.bwd_time, chain.x_size, chain.xbar_size, chain.fwd_tmp,
-               chain.bwd_tmp, chain.fwd_tape_time, chain.output_in_tape)
+    """Whether every per-layer cost and size of ``chain`` is the same (``x_size`` and the
+    options too)."""
+    vectors = [chain.fwd_time, chain.bwd_time, chain.x_size, chain.xbar_size, chain.fwd_tmp,
+               chain.bwd_tmp, chain.fwd_tape_time, chain.output_in_tape]
+    if chain.options is not None:  # (L, K) arrays: every row alike
+        options = chain.options
+        vectors += [options.xbar_size, options.fwd_time, options.fwd_tape_time,
+                    options.bwd_time, options.fwd_tmp, options.bwd_tmp,
+                    options.output_in_tape, options.valid]
     return all(bool(np.all(v == v[0])) for v in vectors)
 
 
@@ -49,24 +55,28 @@ def _chunks(start: int, stop: int) -> list[tuple[int, int]]:
     return chunks
 
 
-def _window(state: solver.MemoryState, a: int, b: int) -> tuple[int, int, int]:
-    """The state's bits that ops on layers ``a .. b-1`` read or write, shifted to 0."""
+def _window(state: solver.MemoryState, a: int, b: int) -> tuple[int, int, int, int]:
+    """The state's bits that ops on layers ``a .. b-1`` read or write, shifted to 0: ``x``,
+    ``tape``, ``g`` and the tapes' options (8 bits per tape)."""
     width = b - a + 1
     mask = (1 << width) - 1
     tape = (state.tape << 1 >> a) & mask  # tape[a-1 .. b-1]
-    return state.x >> a & mask, tape, state.g >> a & mask
+    options = (state.tape_options << 8 >> 8 * a) & ((1 << 8 * width) - 1)
+    return state.x >> a & mask, tape, state.g >> a & mask, options
 
 
-def _replace(state: solver.MemoryState, a: int, b: int, bits: tuple[int, int, int],
+def _replace(state: solver.MemoryState, a: int, b: int, bits: tuple[int, int, int, int],
              memory: float) -> solver.MemoryState:
     width = b - a + 1
     mask = (1 << width) - 1
-    x, tape, g = bits
+    x, tape, g, options = bits
     new_x = state.x & ~(mask << a) | x << a
     new_g = state.g & ~(mask << a) | g << a
     tape_mask = (mask << a) >> 1  # bits a-1 .. b-1
     new_tape = state.tape & ~tape_mask | (tape << a) >> 1
-    return solver.MemoryState(new_x, new_tape, new_g, memory)
+    option_mask = (((1 << 8 * width) - 1) << 8 * a) >> 8  # tapes a-1 .. b-1
+    new_options = state.tape_options & ~option_mask | (options << 8 * a) >> 8
+    return solver.MemoryState(new_x, new_tape, new_g, memory, new_options)
 
 
 class _Simulator:
@@ -75,8 +85,8 @@ class _Simulator:
         self.state = initial_state(chain)
         self.peak, self.time = self.state.memory, 0.0
 
-    def op(self, kind: OpKind, i: int) -> None:
-        self.state, candidate, time = apply_op(self.chain, self.state, (kind, i))
+    def op(self, op: tuple) -> None:
+        self.state, candidate, time = apply_op(self.chain, self.state, op)
         self.peak = max(self.peak, candidate)
         self.time += time
 
@@ -97,33 +107,34 @@ class _Simulator:
         self.time += time
         self.peak = max(self.peak, start.memory + height)
 
-    def _ops(self, kind: OpKind, indices: Any) -> None:
+    def _ops(self, kind: OpKind, indices: Any, option: int = 0) -> None:
         for i in indices:
-            self.op(kind, i)
+            self.op((kind, i, option) if option else (kind, i))
 
     def forward(self, items: list[tuple]) -> None:
         for kind, a, b, *rest in items:
             if kind == "run":
+                option = rest[0]
                 for c, d in _chunks(a, b):
-                    self.block(("store fwd", d - c), c, d,
-                               lambda c=c, d=d: self._ops(OpKind.F_ALL, range(c, d)))
+                    self.block(("store fwd", d - c, option), c, d,
+                               lambda c=c, d=d: self._ops(OpKind.F_ALL, range(c, d), option))
             else:
                 self.block(("fwd", b - a), a, b, lambda a=a, b=b: self._segment_forward(a, b))
 
     def _segment_forward(self, a: int, b: int) -> None:
-        self.op(OpKind.F_CK, a)
+        self.op((OpKind.F_CK, a))
         self._ops(OpKind.F_NONE, range(a + 1, b))
 
     def backward(self, items: list[tuple]) -> None:
-        for kind, a, b, *rest in reversed(items):
+        for item in reversed(items):
+            kind, a, b = item[:3]
             if kind == "run":
                 for c, d in reversed(_chunks(a, b)):
                     self.block(("store bwd", d - c), c, d,
                                lambda c=c, d=d: self._ops(OpKind.B, range(d - 1, c - 1, -1)))
             else:
-                body = rest[0]
-                self.block(("bwd", b - a, body), a, b,
-                           lambda a=a, b=b, body=body: self.run(skeleton(a, b - a, body)))
+                self.block(("bwd", b - a) + tuple(item[3:]), a, b,
+                           lambda item=item: self.run(body_items(item)))
 
     def run(self, items: list[tuple]) -> None:
         self.forward(items)
@@ -137,9 +148,9 @@ def simulate_member(chain: Chain, member: NestedScan, memo: dict | None = None
     ``memo`` (a dict kept between calls on the same chain) shares the segments' records
     between members. ``chain`` must be homogeneous (:func:`is_homogeneous`)."""
     simulator = _Simulator(chain, {} if memo is None else memo)
-    items = skeleton(0, chain.length, member.sizes)
+    items = skeleton(0, chain.length, member.sizes, member.option)
     simulator.forward(items)
-    simulator.op(OpKind.LOSS, chain.length)
+    simulator.op((OpKind.LOSS, chain.length))
     simulator.backward(items)
     if not simulator.state.g & 1:
         raise ValueError("The plan never computes g[0].")
