@@ -7,36 +7,57 @@ unrolled chain, costs it with the chain simulator (:func:`solver.make_schedule`,
 :func:`solver.simulate`) and picks the fastest member that fits a budget.
 
 The family (:class:`NestedScan`). A member is a tuple of segment lengths ``sizes = (k1, k2,
-..., kd)``, ``k1 > k2 > ... > kd >= 1``, one per checkpointing level. ``d = 0`` stores every tape (a plain scan).
-Level ``j`` cuts a run of ``n`` layers into pieces of ``kj`` layers plus, when ``kj`` does
-not divide ``n``, one remainder piece of ``n mod kj`` layers first (:func:`pieces`; first
-rather than last, so that the last piece, run inline and not recomputed, is a whole one). Every piece but the last is a ``jax.checkpoint`` segment (equal pieces
-run as one ``lax.scan`` over checkpointed segments), applying level ``j + 1`` to its own
-layers when it is recomputed; the last piece is not checkpointed: level ``j + 1`` applies
-to it inline. After the last level, a run of layers is a plain scan keeping every tape.
-A level whose ``kj`` is not less than the run's length is skipped for that run.
-Checkpointing the last piece would be wasted work: it would be recomputed right after it
-ran (and ``solver.validate_plan`` forbids a segment body that ends in a checkpoint for
-that reason). With ``k1 >= L / 2`` a member is "checkpoint the
-first ``L - k1`` layers as one segment, store the tapes of the last ``k1``", the shape
-Rotor's plans take at generous budgets.
+..., kd)``, ``k1 > k2 > ... > kd >= 1``, one per checkpointing level, and an option: the
+``jax.checkpoint`` policy every layer that stores its tape runs under (option 0: the
+whole tape; ``solver.chain.options``; one for all layers, since the scan body is one
+program). ``d = 0`` stores every tape (a plain scan, under the option's policy).
+
+* Top level, ``k1`` divides ``L`` (:func:`reshaped`): one scan over the parameters reshaped
+  to ``(L / k1, k1, ...)``, every segment a ``jax.checkpoint`` (the last one too: it is
+  recomputed right after it ran, one segment's forward of extra work) that applies level
+  2 to its layers when recomputed. Nothing is copied: XLA makes a leading-axis reshape a
+  bitcast (the meter counts it as a view, :func:`jaxremat.measure.liveness.is_view`), and
+  each level is one loop. ``(1,)`` is ``jax.checkpoint`` per layer in one scan.
+* Otherwise (a remainder; and every level below the top) a run of ``n`` layers is cut into
+  pieces of ``kj`` layers plus, when ``kj`` does not divide ``n``, one remainder piece of
+  ``n mod kj`` layers first (:func:`pieces`; first rather than last, so that the last
+  piece, run inline and not recomputed, is a whole one). Every piece but the last is a
+  ``jax.checkpoint`` segment (equal pieces run as one ``lax.scan`` over checkpointed
+  segments), applying level ``j + 1`` to its own layers when it is recomputed; the last
+  piece is not checkpointed: level ``j + 1`` applies to it inline (a segment body ending
+  in a checkpoint would recompute it for nothing, and ``solver.validate_plan`` forbids
+  it). These levels split the parameters (``lax.split``: copies, up to three loops per
+  level). With ``k1 >= L / 2`` such a member is "checkpoint the first ``L - k1`` layers
+  as one segment, store the tapes of the last ``k1``", the shape Rotor's plans take at
+  generous budgets.
+
+After the last level, a run of layers is a plain scan keeping its tapes. A level whose
+``kj`` is not less than the run's length is skipped for that run.
 
 The choice (:func:`choose`) is exact within the family, by best-first search on the
 simulated time (:mod:`jaxremat.scan.simulate` runs the simulator, replaying the segments a
-homogeneous chain repeats; the member chosen is simulated again op by op). Adding a level below a member (``sizes + (k,)``) turns stored runs into
-nested ones, which only adds forward operations (each checkpointed piece of ``p`` layers
-adds ``p - 1`` forwards and one tape-only forward), so a member's simulated time bounds the
-time of all its descendants from below. Starting from every member with at most one level,
-the search pops members in order of time and expands the ones over budget; the first
-member popped that fits is the fastest of the family. The levels below ``k1`` take the
-divisor-like lengths ``ceil(k / m)`` (:func:`inner_sizes`), so that the family stays small:
-``k1`` takes every length. ``tests/test_scan.py`` checks the choice by brute force over the
-whole family (:func:`family`) on small chains with random costs.
+homogeneous chain repeats; the member chosen is simulated again op by op), plus
+:func:`loop_margin` (what the meter counts for loops and split parameters) on the peak.
+Adding a level below a member (``sizes + (k,)``) turns stored runs into nested ones, which
+only adds forward operations (each checkpointed piece of ``p`` layers adds ``p - 1``
+forwards and one tape-only forward), so a member's simulated time bounds the time of all
+its descendants from below. Starting from every member with at most one level (every
+option), the search pops members in order of time and expands the ones over budget; the
+first member popped that fits is the fastest of the family. A member (with its
+descendants) whose peak is bound to exceed both the budget and the least peak already seen
+(:func:`_floor`: the inputs of the checkpointed top-level pieces, stored when the loss
+runs, plus the margin) is not costed: it can neither be chosen nor be the least peak that
+an infeasible budget reports. The levels below ``k1`` take the divisor-like lengths
+``ceil(k / m)`` (:func:`inner_sizes`), so that the family stays small: ``k1`` takes every
+length. ``tests/test_scan.py`` checks the choice by brute force over the whole family
+(:func:`family`) on small chains with random costs and options.
 
 Reference: Beaumont et al., "Optimal checkpointing for heterogeneous chains" (Rotor,
-arXiv:1911.13214) for the chain model and the persistent plans; the nested-scan shape is
-that of ``jax.checkpoint`` inside ``lax.scan`` (MaxText's ``scan_layers``), cut into levels
-as in Chen et al.'s sqrt(L) checkpointing (arXiv:1604.06174, section 4.2, recursion).
+arXiv:1911.13214) for the chain model and the persistent plans; the options are Rockmate's
+extension of it (Zhao et al., ICML 2023; ALGORITHMS.md section 2, "Multi-option layers");
+the nested-scan shape is that of ``jax.checkpoint`` inside ``lax.scan`` (MaxText's
+``scan_layers``), cut into levels as in Chen et al.'s sqrt(L) checkpointing
+(arXiv:1604.06174, section 4.2, recursion).
 """
 
 from __future__ import annotations
@@ -53,7 +74,7 @@ from solver import Chain, Schedule, make_schedule
 from .members import NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
 from .simulate import is_homogeneous, simulate_member
 
-__all__ = ["NestedScan", "pieces", "inner_sizes", "solver_plan", "family",
+__all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "solver_plan", "family",
            "choose", "chain_options", "loop_margin", "Choice", "member_schedule",
            "FamilyInfeasible"]
 
@@ -156,6 +177,22 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0) -> f
     return tape + 2 * x * len(sizes) + split
 
 
+def _floor(chain: Chain, member: NestedScan, margin: Callable[[NestedScan], float],
+           deeper: int) -> float:
+    """A lower bound on the peak plus margin of ``member`` (``deeper=0``) and every member
+    below it (its levels and more, ``deeper=1``): when the loss runs, the input of each
+    checkpointed top-level piece is stored (``x`` each, whatever the levels below do), and
+    ``margin`` grows with the levels (:func:`loop_margin` depends only on the top size, the
+    option and the number of levels)."""
+    sizes, L = member.sizes, chain.length
+    if reshaped(L, sizes):
+        pieces_stored = L // sizes[0]
+    else:
+        pieces_stored = len(pieces(L, sizes[0])) - 1
+    below = NestedScan(sizes + (1,) * deeper, member.option)
+    return pieces_stored * float(chain.x_size[0]) + margin(below)
+
+
 def choose(chain: Chain, budget: float, *, max_levels: int = 2,
            margin: Callable[[NestedScan], float] | None = None,
            memo: dict | None = None) -> Choice:
@@ -170,16 +207,23 @@ def choose(chain: Chain, budget: float, *, max_levels: int = 2,
         ``.member`` the member that has it.
     """
     search = _Search(chain, margin or (lambda member: 0.0), memo)
-    for option in range(chain_options(chain)):
-        search.push(NestedScan((), option))
-        if max_levels >= 1:
-            for k in range(1, chain.length):
-                search.push(NestedScan((k,), option))
+    L, limit = chain.length, budget * (1 + _PEAK_TOLERANCE)
+    roots = [NestedScan((k,) if k else (), option) for option in range(chain_options(chain))
+             for k in (range(L) if max_levels >= 1 else (0,))]
+    # the reshaped ones first: they set a low least peak, below the floor of many others
+    for root in sorted(roots, key=lambda m: not (not m.sizes or reshaped(L, m.sizes))):
+        if root.sizes and _floor(chain, root, search.margin, 0) > limit and \
+                _floor(chain, root, search.margin, 0) >= search.min_peak:
+            continue  # neither it nor a descendant fits or has less peak than one costed
+        search.push(root)
     while search.heap:
         _, peak, levels, _, member = heapq.heappop(search.heap)
         if peak <= budget * (1 + _PEAK_TOLERANCE):
             return Choice(member, member_schedule(chain, member), len(search.seen))
-        if 1 <= levels < max_levels:
+        if 1 <= levels < max_levels and member.sizes[-1] > 1:
+            floor = _floor(chain, member, search.margin, 1)
+            if floor > limit and floor >= search.min_peak:
+                continue  # no descendant fits, none has less peak than one already costed
             for k in inner_sizes(member.sizes[-1]):
                 search.push(NestedScan(member.sizes + (k,), member.option))
     smallest = search.smallest

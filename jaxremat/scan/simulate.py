@@ -9,7 +9,7 @@ same height above the memory they start from, wherever ``a`` is, when those bits
 alike. :func:`simulate_member` runs the simulator op by op and records, for each segment's
 forward (``F_ck``, ``F_none`` ...) and for each segment's recomputation and backward, the
 bits it leaves, its time, its memory change and its peak above its start; a later segment
-of the same shape starting from the same bits (shifted) is replayed from the record (runs of stored layers are cut into runs of powers of two for that). The
+of the same shape starting from the same bits (shifted) is replayed from the record (runs of stored layers, and runs of equal segments, are cut into runs of powers of two for that, a run of ``2m`` segments recorded as two of ``m``). The
 result is exactly ``solver.simulate(chain, solver.plan_to_ops(plan, L))`` (checked on every
 member of the family of small chains in tests/test_scan.py), at a cost of about the
 number of segments plus the stored layers' ops instead of every op.
@@ -53,6 +53,21 @@ def _chunks(start: int, stop: int) -> list[tuple[int, int]]:
         chunks.append((start, start + size))
         start += size
     return chunks
+
+
+def _groups(items: list[tuple]) -> list[list[tuple]]:
+    """``items`` cut into runs: each ``("run", ...)`` item alone, consecutive checkpointed
+    segments of the same length, body and option together."""
+    groups: list[list[tuple]] = []
+    for item in items:
+        shape = (item[0], item[2] - item[1]) + tuple(item[3:])
+        last = groups[-1][0] if groups else None
+        if item[0] == "ck" and last is not None and last[0] == "ck" and \
+                (last[0], last[2] - last[1]) + tuple(last[3:]) == shape:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups
 
 
 def _window(state: solver.MemoryState, a: int, b: int) -> tuple[int, int, int, int]:
@@ -112,29 +127,56 @@ class _Simulator:
             self.op((kind, i, option) if option else (kind, i))
 
     def forward(self, items: list[tuple]) -> None:
-        for kind, a, b, *rest in items:
+        for group in _groups(items):
+            kind, a, b, *rest = group[0]
             if kind == "run":
                 option = rest[0]
                 for c, d in _chunks(a, b):
                     self.block(("store fwd", d - c, option), c, d,
                                lambda c=c, d=d: self._ops(OpKind.F_ALL, range(c, d), option))
             else:
-                self.block(("fwd", b - a), a, b, lambda a=a, b=b: self._segment_forward(a, b))
+                for c, d in _chunks(0, len(group)):
+                    self._segments_forward(group[c:d])
+
+    def _segments_forward(self, items: list[tuple]) -> None:
+        """Equal checkpointed segments (a power of two of them), each or in two halves."""
+        a, b = items[0][1], items[-1][2]
+        if len(items) == 1:
+            self.block(("fwd", b - a), a, b, lambda: self._segment_forward(a, b))
+            return
+        half = len(items) // 2
+        self.block(("fwd*", b - a, len(items)), a, b,
+                   lambda: (self._segments_forward(items[:half]),
+                            self._segments_forward(items[half:])))
 
     def _segment_forward(self, a: int, b: int) -> None:
         self.op((OpKind.F_CK, a))
-        self._ops(OpKind.F_NONE, range(a + 1, b))
+        for c, d in _chunks(a + 1, b):
+            self.block(("none fwd", d - c), c, d,
+                       lambda c=c, d=d: self._ops(OpKind.F_NONE, range(c, d)))
 
     def backward(self, items: list[tuple]) -> None:
-        for item in reversed(items):
-            kind, a, b = item[:3]
+        for group in reversed(_groups(items)):
+            kind, a, b = group[0][:3]
             if kind == "run":
                 for c, d in reversed(_chunks(a, b)):
                     self.block(("store bwd", d - c), c, d,
                                lambda c=c, d=d: self._ops(OpKind.B, range(d - 1, c - 1, -1)))
             else:
-                self.block(("bwd", b - a) + tuple(item[3:]), a, b,
-                           lambda item=item: self.run(body_items(item)))
+                for c, d in reversed(_chunks(0, len(group))):
+                    self._segments_backward(group[c:d])
+
+    def _segments_backward(self, items: list[tuple]) -> None:
+        """The backward of equal checkpointed segments, last first, each or in two halves."""
+        a, b = items[0][1], items[-1][2]
+        if len(items) == 1:
+            self.block(("bwd", b - a) + tuple(items[0][3:]), a, b,
+                       lambda: self.run(body_items(items[0])))
+            return
+        half = len(items) // 2
+        self.block(("bwd*", b - a, len(items)) + tuple(items[0][3:]), a, b,
+                   lambda: (self._segments_backward(items[half:]),
+                            self._segments_backward(items[:half])))
 
     def run(self, items: list[tuple]) -> None:
         self.forward(items)
