@@ -3,6 +3,8 @@ choice within the nested-scan family (brute force), bad input."""
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -101,8 +103,12 @@ def test_reshaped_and_policy_members_apply_exactly(member):
     loss = lambda fn: (lambda p, x: jnp.sum(fn(p, x) ** 2))
     assert_close(jax.grad(loss(f), (0, 1))(params, x),
                  jax.grad(loss(plain(dots_layer)), (0, 1))(params, x))
-    jaxpr = jax.make_jaxpr(jax.grad(loss(f)))(params, x)
-    assert "split" not in str(jaxpr) and "concatenate" not in str(jaxpr)  # no copies
+    jaxpr = str(jax.make_jaxpr(jax.grad(loss(f)))(params, x))
+    if member.levels <= 1:  # no copies (below the top, 4 does not divide 6: a remainder)
+        assert "split" not in jaxpr and "concatenate" not in jaxpr
+    else:
+        splits = re.findall(r"split\[axis=0 sizes=\(([\d, ]+)\)", jaxpr)
+        assert splits and all(sum(map(int, s.split(","))) < L for s in splits)  # not the stack
 
 
 def uniform(policy):
