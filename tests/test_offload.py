@@ -210,6 +210,30 @@ def test_nnx_wrapper_offloads_with_plain_gradients(free_transfers):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow
+def test_linen_wrapper_offloads_with_plain_gradients(free_transfers):
+    import flax.linen as nn
+
+    from jaxremat.flax.linen import RematSequential
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return x + nn.Dense(16)(jax.nn.gelu(nn.Dense(64)(x)))
+
+    x = jax.random.normal(jax.random.key(1), (8, 16))
+    remat = RematSequential(layers=[Block(), Block(), Block()], budget="60%",
+                            policies=("offload_dots_no_batch",), costs="flops")
+    reference = nn.Sequential([Block(), Block(), Block()])
+    variables = reference.init(jax.random.key(0), x)
+    remat_vars = {"params": {f"layers_{i}": variables["params"][f"layers_{i}"] for i in range(3)}}
+    assert "offload_dots_no_batch" in remat.apply(remat_vars, x, method="plan").options
+    got = jax.grad(lambda v: jnp.sum(jnp.sin(remat.apply(v, x))))(remat_vars)
+    want = jax.grad(lambda v: jnp.sum(jnp.sin(reference.apply(v, x))))(variables)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+
+
 # ---------------------------------------------------------- no host memory space
 
 
