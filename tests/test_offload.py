@@ -137,6 +137,7 @@ def test_host_memory_kind_reads_the_device_memories():
             SimpleNamespace(kind=k) for k in kinds])
 
     assert host_memory_kind(device("device", "pinned_host")) == "pinned_host"
+    assert host_memory_kind(SimpleNamespace(platform="old")) is None  # no memories API
     assert host_memory_kind(device("device", "unpinned_host")) is None
     assert "no 'pinned_host' memory on fake device 0" in offload.offload_unavailable(
         device("device"))
@@ -249,3 +250,16 @@ def test_no_host_memory_drops_offload_options(no_host):
         assert any(n.startswith("offload_names:") for n in reasons)
     assert "no 'pinned_host' memory" in plan.report()
     assert_same_grads(seq, plain(layers), params, x)
+
+
+@pytest.mark.slow  # a subprocess run of the benchmark script
+def test_offload_benchmark_runs():
+    from test_benchmarks import _run
+
+    out = _run("benchmarks/offload.py", "--fractions", "0.6")
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| 60%")]
+    assert [row[1] for row in rows] == ["default", "+ offload", "+ offload, 450 GB/s",
+                                        "+ offload, free transfers"]
+    free = rows[-1]
+    assert "offload_dots_no_batch" in free[-1] and not free[4].startswith("0.00")
+
