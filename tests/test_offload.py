@@ -168,6 +168,7 @@ def test_offload_plan_fits_with_plain_gradients(policy, backend, free_transfers)
     plan = seq.plan(params, x)
     assert sum(o.startswith(policy) for o in plan.options) >= 3, plan.options
     assert sum(plan.host_bytes) > 0
+    assert [row["host_bytes"] for row in plan.rows()] == plan.host_bytes
     report = plan.report()
     assert "on host" in report and "host offload" in report
     measured = activation_memory(summed(seq), params, x)

@@ -21,6 +21,8 @@ operation. It fits the multi-option chain as it is (per-option ``fwd_time``,
 ``fwd_tape_time``, ``bwd_time`` and a device ``xbar_size`` without the offloaded bytes), so
 the dynamic program is unchanged.
 
+Under ``costs="measured"`` the timed forward and backward already hold whatever part of
+the transfer XLA did not overlap; taking the maximum with ``T`` does not count it twice.
 The bandwidth is measured once per device under ``costs="measured"`` (a timed
 ``jax.device_put`` of a :data:`PROBE_BYTES` array to the device's ``pinned_host`` memory,
 best of a few runs, cached), and is the nominal :data:`NOMINAL_HOST_BANDWIDTH` under

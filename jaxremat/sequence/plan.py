@@ -191,10 +191,12 @@ class Plan:
         return result
 
     def rows(self) -> list[dict[str, Any]]:
-        """The per-layer table as dictionaries (bytes, seconds, counts, decision)."""
+        """The per-layer table as dictionaries (bytes, seconds, counts, decision; ``host_bytes``:
+        what the chosen option keeps in host memory)."""
         rows = []
-        for layer, count, option, decision in zip(self.layers, self.forward_counts, self.options,
-                                                  self.decisions()):
+        for layer, count, option, decision, host in zip(self.layers, self.forward_counts,
+                                                        self.options, self.decisions(),
+                                                        self.host_bytes):
             rows.append({
                 "layer": layer.index,
                 "input_bytes": layer.input_bytes,
@@ -208,6 +210,7 @@ class Plan:
                 "bwd_flops": layer.bwd_flops,
                 "forwards": count,
                 "option": option,
+                "host_bytes": host,
                 "decision": decision,
             })
         return rows
