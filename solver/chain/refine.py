@@ -7,12 +7,13 @@ the sizes it holds at its peak lose more than the slack to rounding (on a 12-blo
 with 500 slots: up to ~2% of the budget, benchmarks/RESULTS.md, issue 17).
 
 :func:`refined_schedule` builds the table with the same unit and ``headroom`` more units
-(``slots * (1 + headroom)``: the table costs that much more, O(L^3 M)), answers the
-budget as before, then reads the table's optimal times at the larger capacities: each
-plan the rounded model fits in more units may still fit the real budget. Those plans are
-costed with the simulator in a binary search for the largest capacity whose plan fits
-(a plan needing more units is rarely smaller), which replaces the DP's answer if faster. The answer at ``slots`` units is the one a table built for the
-budget gives (same unit, same rounded sizes), so refinement never returns a slower plan.
+(``slots * (1 + headroom)``: the table costs that much more, O(L^3 M)), answers the budget
+as before (the same rounded sizes), then reads the table's optimal times at the larger
+capacities: each plan the rounded model fits in more units may still fit the real budget.
+Those plans are costed with the simulator in a binary search for the largest capacity whose
+plan fits (a plan needing more units is rarely smaller), which replaces the DP's answer if
+faster. The answer at ``slots`` units is the one a table built for the budget gives, so
+refinement never returns a slower plan.
 """
 
 from __future__ import annotations
@@ -38,14 +39,15 @@ MAX_CHECKS = 3
 _PEAK_TOLERANCE = 1e-9  # as in solver.solve: sizes are summed in another order
 
 
-def _table_top(unit: float, total: int) -> float | None:
-    """A ``max_budget`` whose table of ``total`` slots has exactly ``unit`` as its unit."""
+def _table_top(unit: float, total: int) -> float:
+    """A ``max_budget`` whose table of ``total`` slots has ``unit`` as its unit: exactly
+    where a float of the two nearest ``unit * total`` gives it, else within a last-bit
+    rounding (then only a size within that of a multiple of the unit rounds differently)."""
     top = unit * total
-    for _ in range(4):
-        if top / total == unit:
-            return top
-        top = float(np.nextafter(top, math.inf if top / total < unit else -math.inf))
-    return None
+    for candidate in (top, float(np.nextafter(top, math.inf)), float(np.nextafter(top, 0.0))):
+        if candidate / total == unit:
+            return candidate
+    return top
 
 
 def refined_schedule(chain: Chain, budget: float, slots: int, *,
@@ -54,16 +56,16 @@ def refined_schedule(chain: Chain, budget: float, slots: int, *,
     ``headroom * slots`` more rounded units whose simulated peak fits ``budget``.
 
     Exact tables (integer sizes, ``slots >= budget``) round nothing and are answered as
-    :meth:`RotorTable.schedule` does; so is a budget whose unit no table reproduces exactly.
+    :meth:`RotorTable.schedule` does.
 
     Raises:
       InfeasibleBudget: ``budget`` is below the least peak of any persistent schedule.
     """
     unit = budget / slots
     extra = int(math.ceil(slots * headroom))
-    top = None if chain.is_integral and slots >= budget else _table_top(unit, slots + extra)
-    if top is None or extra < 1:
+    if (chain.is_integral and slots >= budget) or extra < 1:
         return RotorTable(chain, budget, slots).schedule(budget)
+    top = _table_top(unit, slots + extra)
     table = RotorTable(chain, top, slots + extra)
     if budget < table.min_budget:
         raise InfeasibleBudget(float(budget), table.min_budget, "rotor")
