@@ -110,6 +110,9 @@ def test_rounding_no_longer_loses_the_uniform_plan():
     chosen = solve(chain, budget)
     assert chosen.peak <= budget * (1 + _TOLERANCE) and chosen.time <= time
     assert chosen.method in ("rotor", UNIFORM_PREFIX + "dots")
+    # with coarse slots refinement cannot recover it: the uniform plan wins, and says so
+    coarse = solve(chain, budget, slots=50)
+    assert coarse.method == UNIFORM_PREFIX + "dots" and coarse.time == time
 
 
 @sweep(full=200, quick=25)
