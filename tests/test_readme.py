@@ -104,5 +104,8 @@ def test_the_demo_labels_its_synthetic_chains_and_explains_its_marks(capsys):
     printed = capsys.readouterr().out
     headers = [line for line in printed.splitlines() if line.startswith("== ")]
     assert len(headers) == 3 and all(line.startswith("== Synthetic") for line in headers)
-    assert "+0.0%*" in printed  # at the no-remat peak rotor returns the "none" schedule
-    assert "* the dynamic program found nothing better than a baseline" in printed
+    # at the no-remat peak rotor costs what "none" costs (its own plan since slot refinement,
+    # marked * where a baseline's schedule is used); a mark comes with its footnote
+    assert re.search(r"100\.0%\s+\+0\.0%\*?\s+\+0\.0%", printed)
+    assert ("%*" in printed) == ("* the dynamic program found nothing better than a baseline"
+                                 in printed)

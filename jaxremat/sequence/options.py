@@ -35,6 +35,27 @@ from ..measure.trace import TracedLayer, tape_signature, trace_layer
 from .layer import LayerProfile, OptionProfile, layer_costs
 from .policies import PolicyOption, layer_menu, marked_names
 
+_SAME = "same tape as "
+_DOMINATED = "dominated by "
+_WHOLE = "no smaller and no faster than the whole tape"
+
+
+def option_aliases(dropped: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``{dropped option name: name of the kept option that stands for it}`` from a layer's
+    ``LayerProfile.dropped``: the option it merged into, the option that dominates it, or
+    ``"everything"`` (the whole tape) for one no better than the whole tape. Rejected
+    policies have no stand-in. :func:`solver.chain.uniform.uniform_plans` builds each
+    uniform policy's plan with them."""
+    aliases = {}
+    for name, reason in dropped:
+        for prefix in (_SAME, _DOMINATED):
+            if reason.startswith(prefix):
+                aliases[name] = reason[len(prefix):].strip("'")
+        if reason == _WHOLE:
+            aliases[name] = "everything"
+    return aliases
+
+
 def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyOption,
                     base: LayerProfile, costs: str, repeats: int,
                     input_grad: bool) -> tuple[OptionProfile, tuple]:
@@ -93,14 +114,14 @@ def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: T
             dropped.append((option.name, f"rejected: {type(cause).__name__}: {cause}"[:300]))
             continue
         if key in seen:
-            dropped.append((option.name, f"same tape as {seen[key]!r}"))
+            dropped.append((option.name, f"{_SAME}{seen[key]!r}"))
         elif found.tape_bytes >= base.tape_bytes and found.bwd_time >= base.bwd_time:
-            dropped.append((option.name, "no smaller and no faster than the whole tape"))
+            dropped.append((option.name, _WHOLE))
         else:
             seen[key] = option.name
             options.append(found)
     kept = [o for o in options if not any(_dominates(other, o) for other in options)]
-    dropped += [(o.name, "dominated by " + repr(next(d.name for d in options if _dominates(d, o))))
+    dropped += [(o.name, _DOMINATED + repr(next(d.name for d in options if _dominates(d, o))))
                 for o in options if o not in kept]
     return tuple(kept), tuple(dropped)
 

@@ -18,6 +18,7 @@ from solver.compare import budget_range, compare_methods, format_table
 from solver.solve import ORACLE_METHODS
 
 from ..budget import empty_input_hint, resolve_budget
+from .options import option_aliases
 from .profile import COSTS, LayerProfile, Profile
 
 __all__ = ["Plan", "check_method", "solve_plan"]
@@ -340,7 +341,8 @@ def solve_plan(
     no_remat = make_schedule(chain, tuple(Layer(i) for i in range(chain.length))).peak
     budget_bytes = resolve_budget(budget, no_remat * batch_size)
     try:
-        schedule = solver.solve(chain, budget_bytes / batch_size, method=method, slots=slots)
+        schedule = solver.solve(chain, budget_bytes / batch_size, method=method, slots=slots,
+                                aliases=[option_aliases(p.dropped) for p in profile.layers])
     except solver.InfeasibleBudget as error:
         raise solver.InfeasibleBudget(
             budget_bytes, error.min_budget * batch_size, method, units="bytes",
