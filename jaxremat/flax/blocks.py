@@ -14,6 +14,12 @@ A model whose ``__call__`` loops over a list attribute of blocks (a transformer'
 The blocks run as :func:`jaxremat.flax.run_modules` runs them (:mod:`jaxremat.flax.nnx`);
 the model's state tree is unchanged (``blocks/0/...``), so existing checkpoints load.
 
+A *scanned stack* -- one module holding the ``L`` blocks' variables stacked on axis 0, built
+with ``nnx.split_rngs`` + ``nnx.vmap`` and run with ``nnx.scan`` -- takes the same decorator:
+``h = self.run_blocks(h)`` replaces the ``nnx.scan`` call, and the blocks run with
+:func:`jaxremat.remat_scan`'s nested-scan plan (:mod:`jaxremat.flax.scanned`; the state
+tree is again unchanged). The plan is then a :class:`jaxremat.flax.scanned.ScannedPlan`.
+
 What the budget bounds (``scope``): by default (``"model"``) the whole training step, as
 :func:`jaxremat.flax.activation_memory` measures it -- embedding, blocks, head and loss;
 the blocks' own budget is fitted to it (:mod:`jaxremat.flax.model_scope`). With
@@ -60,7 +66,9 @@ def remat_blocks(
 ) -> Callable[[type], type]:
     """Class decorator adding ``self.<name>(*args)``, which runs ``self.<attribute>`` (a
     list of modules, e.g. an ``nnx.List`` of transformer blocks) in sequence under the
-    budget, as :class:`RematSequential` does (see the module docstring).
+    budget, as :class:`RematSequential` does, or a scanned stack (one ``nnx.vmap``-built
+    module, variables stacked on axis 0) with :func:`jaxremat.remat_scan`'s nested scans
+    (see the module docstring).
 
     Args:
       attribute: the attribute holding the blocks.
@@ -81,6 +89,9 @@ def remat_blocks(
         the exact step once with ``model.fit_<attribute>(loss_fn, *batch)``.
       method, slots, costs, policies: as for :class:`RematSequential` (``policies``: the
         menu of ``jax.checkpoint`` policies a block may be saved with, :mod:`jaxremat.sequence.policies`).
+        For a scanned stack, ``method`` is one of :data:`jaxremat.scan.remat.SCAN_METHODS`,
+        ``slots`` is unused, and ``policies`` is passed to ``remat_scan`` (an error while
+        it takes none, unless ``None`` or ``()``).
       name: the name of the added method (default ``run_blocks``); also adds
         ``plan_<attribute>(*args)`` returning the :class:`jaxremat.Plan` (``args``: the
         model's arguments with ``scope="model"``, the blocks' input with ``"blocks"``; the

@@ -57,7 +57,7 @@ from flax import nnx
 
 from ..budget import check_budget
 from ..scan.remat import RematScan, ScanPlan, remat_scan
-from .nnx import call_with_convention
+from .nnx import call_with_convention, shared_function
 
 __all__ = ["ScannedPlan", "is_scanned_stack", "plan_scanned", "run_scanned"]
 
@@ -214,7 +214,8 @@ def _remat_scan(stack: _Stack, budget: Any, method: str, costs: str, policies: A
                 "policies= for a scanned stack are passed to jaxremat.remat_scan, which takes "
                 "no policies in this version: leave policies=None for scanned stacks, or give "
                 "the blocks as a list (nnx.List) to choose per-block policies.")
-        layer = functools.partial(_scanned_layer, stack.graphdef, stack.impls)
+        layer = shared_function(("scanned", stack.graphdef, stack.impls), lambda: functools.partial(
+            _scanned_layer, stack.graphdef, stack.impls))  # one profile per block definition
         scan = remat_scan(layer, budget, method=method, costs=costs, **extra)
         _scans[key] = scan
         if len(_scans) > _CACHE_SIZE:
