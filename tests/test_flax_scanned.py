@@ -182,3 +182,28 @@ def test_policies_need_remat_scan_support(x):
         pytest.skip("remat_scan takes policies: they are passed through")
     with pytest.raises(NotImplementedError, match="policies"):
         Model()(x)
+
+
+def test_policies_are_passed_to_remat_scan(x, monkeypatch):
+    """Once remat_scan takes policies=, remat_blocks passes its checked menu through."""
+    import jaxremat.flax.scanned as scanned
+    seen = []
+
+    def remat_scan(layer, budget, *, method, costs, policies):
+        seen.append(policies)
+        return jaxremat.remat_scan(layer, budget, method=method, costs=costs)
+    monkeypatch.setattr(scanned, "remat_scan", remat_scan)
+
+    @remat_blocks("blocks", budget="100%", scope="blocks", policies="dots_saveable")
+    class Model(nnx.Module):
+        def __init__(self):
+            self.blocks = stack(3, depth=2, deterministic=True)
+
+        def __call__(self, h):
+            return self.run_blocks(h)
+    model = Model()
+    out = model(x[:8])
+    assert seen == [jaxremat.sequence.policies.check_policies("dots_saveable")]  # planned once
+    plain = nnx.scan(lambda h, b: b(h), in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+    np.testing.assert_allclose(out, plain(x[:8], stack(3, depth=2, deterministic=True)),
+                               rtol=1e-5, atol=1e-6)

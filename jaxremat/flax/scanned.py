@@ -57,6 +57,8 @@ from flax import nnx
 
 from ..budget import check_budget
 from ..scan.remat import RematScan, ScanPlan, remat_scan
+from ..trace_state import vmap_batch_size
+from ..trees import abstractify, signature
 from .nnx import call_with_convention, shared_function
 
 __all__ = ["ScannedPlan", "is_scanned_stack", "plan_scanned", "run_scanned"]
@@ -200,11 +202,22 @@ def _accepts_policies() -> bool:
     return "policies" in inspect.signature(remat_scan).parameters
 
 
-def _remat_scan(stack: _Stack, budget: Any, method: str, costs: str, policies: Any) -> RematScan:
+def _remember(key: tuple, scan: RematScan) -> RematScan:
+    _scans[key] = scan
+    _scans.move_to_end(key)
+    if len(_scans) > _CACHE_SIZE:
+        _scans.popitem(last=False)
+    return scan
+
+
+def _remat_scan(stack: _Stack, budget: Any, method: str, costs: str, policies: Any,
+                inputs: tuple) -> RematScan:
     """One :class:`RematScan` per block definition and settings (its plans are cached per
-    input signature)."""
+    input signature). A budget in bytes that a plan for these ``inputs`` resolved to (a
+    share such as ``"50%"``, or the whole-step fit's) finds the ``RematScan`` that made the
+    plan: the same choice, not planned and measured again."""
     key = (stack.graphdef, stack.impls, budget, method, costs, policies)
-    scan = _scans.get(key)
+    scan = _scans.get(key + (inputs,)) or _scans.get(key)
     if scan is None:
         extra = {}
         if _accepts_policies():
@@ -216,10 +229,7 @@ def _remat_scan(stack: _Stack, budget: Any, method: str, costs: str, policies: A
                 "the blocks as a list (nnx.List) to choose per-block policies.")
         layer = shared_function(("scanned", stack.graphdef, stack.impls), lambda: functools.partial(
             _scanned_layer, stack.graphdef, stack.impls))  # one profile per block definition
-        scan = remat_scan(layer, budget, method=method, costs=costs, **extra)
-        _scans[key] = scan
-        if len(_scans) > _CACHE_SIZE:
-            _scans.popitem(last=False)
+        scan = _remember(key, remat_scan(layer, budget, method=method, costs=costs, **extra))
     return scan
 
 
@@ -264,6 +274,12 @@ def _inputs(stack: _Stack, args: tuple, owner: str) -> tuple[tuple, tuple]:
     return stacked, (h, stack.state)
 
 
+def _signature(stacked: tuple, carry: tuple) -> tuple:
+    """What a plan depends on besides the settings: shapes, dtypes and the vmap batch."""
+    return (signature(abstractify((stacked, carry), "the scanned stack and its input")),
+            vmap_batch_size((stacked, carry)))
+
+
 def plan_scanned(blocks: nnx.Module, *args: Any, budget: Any, method: str = "rotor",
                  costs: str = "static", policies: Any = None, owner: str = "blocks"
                  ) -> ScannedPlan:
@@ -275,7 +291,11 @@ def plan_scanned(blocks: nnx.Module, *args: Any, budget: Any, method: str = "rot
     check_budget(budget)
     stack = split_stack(blocks, owner)
     stacked, carry = _inputs(stack, args, owner)
-    return ScannedPlan(_remat_scan(stack, budget, method, costs, policies).plan(stacked, carry))
+    inputs = _signature(stacked, carry)
+    scan = _remat_scan(stack, budget, method, costs, policies, inputs)
+    plan = scan.plan(stacked, carry)
+    _remember((stack.graphdef, stack.impls, plan.budget, method, costs, policies, inputs), scan)
+    return ScannedPlan(plan)
 
 
 def run_scanned(blocks: nnx.Module, *args: Any, budget: Any, method: str = "rotor",
@@ -285,6 +305,7 @@ def run_scanned(blocks: nnx.Module, *args: Any, budget: Any, method: str = "roto
     check_budget(budget)
     stack = split_stack(blocks, owner)
     stacked, carry = _inputs(stack, args, owner)
-    out, updates = _remat_scan(stack, budget, method, costs, policies)(stacked, carry)
+    scan = _remat_scan(stack, budget, method, costs, policies, _signature(stacked, carry))
+    out, updates = scan(stacked, carry)
     nnx.update(blocks, _as_keys(updates, stack.impls))
     return out
