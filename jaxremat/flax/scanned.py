@@ -39,8 +39,9 @@ updated with them after the scan, as ``nnx.scan`` writes its scanned state back.
 PRNG keys travel as their key data (``uint32``) and are wrapped again inside the layer. What
 the carried ``updates`` cost is measured with everything else: every ``remat_scan`` plan is
 measured by :func:`jaxremat.activation_memory` before it is used (at most ``L`` times one
-block's non-parameter state per stored checkpoint; a few hundred bytes per layer for
-BatchNorm and Dropout on a 1000-wide block).
+block's non-parameter state per stored checkpoint: a BatchNorm's two statistics of
+``width`` floats and 12 bytes per Dropout stream, per layer; 0.03-0.4% of the measured step
+on tests/test_flax_scanned.py's model).
 """
 
 from __future__ import annotations
