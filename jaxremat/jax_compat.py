@@ -23,6 +23,11 @@ through this module, with a fallback that is tested (tests/test_jax_compat.py):
   conservative answers).
 * **Cost analysis.** ``Lowered.cost_analysis()`` returns a dict, a list of dicts (older
   JAX), ``None`` (GPU backends), or raises ``NotImplementedError``: :func:`lowered_cost_analysis`.
+* **Memory spaces** (host offload, issue 17): a value offloaded by a checkpoint policy has an
+  aval whose ``memory_space`` is ``MemorySpace.Host`` (0.10-0.12 print it ``f32<host>[4]``);
+  :func:`in_host_memory` reads it (``False`` when avals have no memory space).
+  :func:`host_memory_kind` says whether a device has a ``pinned_host`` memory
+  (``Device.addressable_memories()``; ``None`` where the method or the kind is missing).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ __all__ = [
     "check_known",
     "close_jaxpr",
     "dce_jaxpr",
+    "host_memory_kind",
+    "in_host_memory",
     "is_call",
     "lowered_cost_analysis",
     "sub_jaxprs",
@@ -148,6 +155,29 @@ def lowered_cost_analysis(lowered: Any) -> dict[str, float] | None:
     if not analysis or "flops" not in analysis:
         return None
     return {key: float(value) for key, value in analysis.items() if isinstance(value, (int, float))}
+
+
+HOST_MEMORY_KIND = "pinned_host"
+"""The host memory kind offload policies move residuals to."""
+
+
+def in_host_memory(aval: Any) -> bool:
+    """Whether a value of abstract value ``aval`` lives in host memory (an offloaded residual:
+    ``memory_space`` is ``MemorySpace.Host``), so it takes no device memory."""
+    space = getattr(aval, "memory_space", None)
+    return getattr(space, "name", None) == "Host"
+
+
+def host_memory_kind(device: Any = None) -> str | None:
+    """``"pinned_host"`` if ``device`` (default ``jax.devices()[0]``) has that memory, which
+    checkpoint offload policies need; ``None`` otherwise (no such memory, or a JAX without
+    ``Device.addressable_memories``)."""
+    device = jax.devices()[0] if device is None else device
+    try:
+        kinds = {memory.kind for memory in device.addressable_memories()}
+    except (AttributeError, NotImplementedError, RuntimeError):  # an older JAX or a stub
+        return None
+    return HOST_MEMORY_KIND if HOST_MEMORY_KIND in kinds else None
 
 
 JAX_VERSION: tuple[int, ...] = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())

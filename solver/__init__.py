@@ -35,10 +35,12 @@ from .chain import (
     min_peak_schedule,
     plan_to_ops,
     random_chain,
+    refined_schedule,
     resnet_like,
     rotor_min_budget,
     simulate,
     transformer_like,
+    uniform_plans,
     validate_plan,
     with_random_options,
 )

@@ -16,6 +16,7 @@ import numpy as np
 from .chain.baselines import baseline_schedule
 from .chain.chain import Chain
 from .chain.rotor import rotor_min_budget
+from .chain.uniform import UNIFORM_PREFIX
 from .errors import InfeasibleBudget, check_real, format_bytes
 from .solve import METHODS, solve
 
@@ -127,6 +128,9 @@ def format_table(rows: Sequence[ComparisonRow], *, units: str = "bytes") -> str:
     render = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
     out = [render(header), render(["-" * w for w in widths])] + [render(r) for r in lines]
     if any(r.rotor_source not in (None, "rotor") for r in rows):
+        uniform = any((r.rotor_source or "").startswith(UNIFORM_PREFIX) for r in rows)
         out.append("* the dynamic program found nothing better than a baseline here, so rotor "
-                   "uses that baseline's schedule (the one with the same overhead in the row)")
+                   "uses that baseline's schedule (the one with the same overhead in the row)"
+                   + (" or a uniform option plan (every layer under the option its source "
+                      "names, rotor_source)" if uniform else ""))
     return "\n".join(out)

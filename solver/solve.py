@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Mapping, Sequence
+
+import numpy as np
 
 from .chain.baselines import BASELINE_METHODS, baseline_schedule
 from .chain.chain import Chain
-from .chain.rotor import RotorTable
+from .chain.refine import refined_schedule
+from .chain.rotor import rotor_min_budget
 from .chain.schedule import Schedule
+from .chain.simulator import make_schedule
+from .chain.uniform import UNIFORM_PREFIX, uniform_plans
 from .errors import InfeasibleBudget
 from .ilp.chain_adapter import ilp_chain_schedule
 
@@ -56,6 +62,7 @@ def solve(
     method: str = "rotor",
     slots: int = 500,
     time_limit: float = 60.0,
+    aliases: Sequence[Mapping[str, str]] | None = None,
 ) -> Schedule:
     """The fastest schedule of ``chain`` whose peak memory fits ``budget``.
 
@@ -74,14 +81,21 @@ def solve(
         ``budget / slots``. Integer sizes with ``slots >= budget`` are solved exactly.
       time_limit: seconds HiGHS may spend for ``"ilp"`` (ignored otherwise); past it the
         best schedule found is returned and its ``method`` says it is not proven optimal.
+      aliases: for ``"rotor"`` on a chain with options, per layer, option names the layer
+        lacks mapped to the name of the option standing in for each (merged or dominating;
+        :func:`solver.chain.uniform.uniform_plans`); a name with no alias means the whole tape.
 
     With per-layer options (``Chain.options``), ``"rotor"`` picks the best option for every
     ``Layer`` of its plan; the baselines run option 0 (the whole tape).
 
     For ``"rotor"`` the DP's schedule (or, if rounding makes the DP infeasible although the
-    budget suffices, the exact minimum-peak schedule) is compared with every baseline that
-    fits, and the fastest is returned (ties: lower peak, then Rotor), so Rotor is never worse
-    than a baseline. Its ``method`` names the solver whose schedule won.
+    budget suffices, the exact minimum-peak schedule), refined by the DP's plans for up to
+    5% more rounded memory that still fit (:func:`solver.chain.refine.refined_schedule`),
+    is compared with every baseline and every uniform option plan (every layer under the
+    same option, :func:`solver.chain.uniform.uniform_plans`) that fits, and the fastest is
+    returned (ties: lower peak, then Rotor), so Rotor never loses to a uniform choice it
+    could have made. Its ``method`` names the solver whose schedule won (``"rotor"``, a
+    baseline, or ``"uniform:<option name>"``).
 
     Returns:
       A :class:`Schedule` whose simulated peak is ``<= budget``.
@@ -101,10 +115,9 @@ def solve(
     elif method != "rotor":
         schedule = baseline_schedule(chain, method, budget)
     else:
-        table = RotorTable(chain, budget, int(slots))
         candidates = []
         try:
-            candidates.append(table.schedule(budget))
+            candidates.append(refined_schedule(chain, budget, int(slots)))
         except InfeasibleBudget:
             pass
         for name in BASELINE_METHODS:
@@ -112,8 +125,10 @@ def solve(
                 candidates.append(baseline_schedule(chain, name, budget))
             except InfeasibleBudget:
                 pass
+        fastest = min((s.time for s in candidates), default=math.inf)
+        candidates += _uniform_options(chain, budget, aliases, fastest)
         if not candidates:
-            raise InfeasibleBudget(budget, table.min_budget, "rotor")
+            raise InfeasibleBudget(budget, rotor_min_budget(chain), "rotor")
         schedule = min(candidates, key=lambda s: (s.time, s.peak))
     if schedule.peak > budget * (1 + _PEAK_TOLERANCE):
         raise AssertionError(
@@ -121,3 +136,24 @@ def solve(
             f"over the budget {budget!r}. Please report this chain."
         )
     return schedule
+
+
+def _uniform_options(chain: Chain, budget: float, aliases: Sequence[Mapping[str, str]] | None,
+                     time: float) -> list[Schedule]:
+    """The uniform option plans (every layer under one option) that fit ``budget`` and take
+    at most ``time``. Such a plan recomputes nothing, so its time is the sum of its options'
+    forward and backward times: only those no slower than ``time`` are simulated."""
+    table = chain.options
+    fitting, seen = [], set()
+    for method, plan in uniform_plans(chain, aliases).items():
+        if not method.startswith(UNIFORM_PREFIX) or plan in seen:
+            continue
+        seen.add(plan)
+        rows, options = np.arange(chain.length), [item.option for item in plan]
+        if np.sum(table.fwd_time[rows, options] + table.bwd_time[rows, options]) > time * (
+                1 + _PEAK_TOLERANCE):
+            continue
+        schedule = make_schedule(chain, plan, method)
+        if schedule.peak <= budget * (1 + _PEAK_TOLERANCE):
+            fitting.append(schedule)
+    return fitting

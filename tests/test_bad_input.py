@@ -120,7 +120,14 @@ def test_remat_blocks_instance_budget_is_not_ignored():
 def test_remat_blocks_attribute_must_be_a_list():
     cls = remat_blocks("blocks", budget="1MiB")(type("Tower", (Tower,), {}))
     model = cls(nnx.Linear(4, 4, rngs=nnx.Rngs(0)))
-    with pytest.raises(TypeError, match=r"Tower\.blocks is one Linear, not a list of modules"):
+    # read as a scanned stack of 4 blocks (kernel and bias have 4 rows), which cannot carry h
+    with pytest.raises(ValueError, match=r"Tower\.blocks is one Linear, not a list of modules.*"
+                                         r"nnx\.List"):
+        model(jnp.ones((2, 4)))
+    model = cls(nnx.Linear(4, 3, rngs=nnx.Rngs(0)))  # not a stack: axes 0 disagree
+    with pytest.raises(ValueError, match=r"Tower\.blocks is not a scanned stack.*"
+                                         r"Tower\.blocks\.bias has L = 3.*Tower\.blocks\.kernel "
+                                         r"has L = 4.*nnx\.List"):
         model(jnp.ones((2, 4)))
 
 
@@ -156,17 +163,20 @@ def test_a_share_budget_on_an_empty_batch_says_the_batch_is_empty():
     assert "empty" not in str(info.value)
 
 
-def test_remat_blocks_on_a_scanned_stack_names_the_route_for_scanned_stacks():
-    # The blocks of a scanned stack are one module whose parameters are stacked by nnx.vmap.
+def test_remat_blocks_runs_a_scanned_stack_as_nnx_scan_does():
+    # The blocks of a scanned stack are one module whose parameters are stacked by nnx.vmap;
+    # remat_blocks runs them with remat_scan (tests/test_flax_scanned.py).
     @nnx.split_rngs(splits=3)
     @nnx.vmap(in_axes=(0,), out_axes=0)
     def stacked(rngs):
         return nnx.Linear(4, 4, rngs=rngs)
 
-    for scope in ("model", "blocks"):
-        cls = remat_blocks("blocks", budget="1MiB", scope=scope)(type("Tower", (Tower,), {}))
-        model = cls(stacked(nnx.Rngs(0)))
-        assert model.blocks.kernel.shape == (3, 4, 4)
-        with pytest.raises(TypeError, match=r"scanned stack .*nnx\.vmap.*jaxremat\.remat_scan\("
-                                            r"layer, budget\).*or unroll the stack into an nnx\.List"):
-            model(jnp.ones((2, 4)))
+    @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+    def plain(h, block):
+        return block(h)
+
+    cls = remat_blocks("blocks", budget="1MiB", scope="blocks")(type("Tower", (Tower,), {}))
+    model = cls(stacked(nnx.Rngs(0)))
+    assert model.blocks.kernel.shape == (3, 4, 4)
+    x = jnp.arange(8.0).reshape(2, 4)
+    np.testing.assert_allclose(model(x), plain(x, model.blocks), rtol=1e-6)

@@ -65,3 +65,19 @@ def test_scan_depth_quick_runs():
     rows = [line for line in budgets if re.match(r"\d+ +remat_scan (25|50|75)%", line)]
     assert len(rows) == 9  # three depths, three budgets: a figure or the budget that works
     assert len([line for line in budgets if re.match(r"\d+ +remat_scan least", line)]) == 3
+
+
+@pytest.mark.slow  # a subprocess run of a benchmark script (~25 s)
+def test_policies_never_dearer_than_a_fitting_uniform_policy_it_predicts():
+    """benchmarks/policies.py on the GPT of whole blocks: every row's jaxremat memory fits its
+    budget, and wherever the budget covers the chain's prediction of the cheapest fitting
+    uniform policy (the "predicted" and share rows), jaxremat's flops are no more."""
+    out = _run("benchmarks/policies.py", "--models", "gpt_blocks", "--fractions", "0.6")
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
+            if line.startswith("| ") and line.split("|")[2].strip().endswith("%")]
+    assert len(rows) == 4 + 3 + 1  # four uniform memories, three predictions, one share
+    for row in rows:
+        budget, memory = float(row[1].rstrip("%")), float(row[4].rstrip("%"))
+        assert memory <= budget
+        if row[0].startswith("predicted") or row[0].endswith("of plain"):
+            assert row[8] == "yes", row

@@ -69,7 +69,8 @@ def _nnx_stand_ins() -> dict:
         logits = model(images)
         return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1))
 
-    return {"nnx": nnx, "model": Model(rngs=nnx.Rngs(0, dropout=1)), "loss_fn": loss_fn,
+    return {"nnx": nnx, "Block": Block, "model": Model(rngs=nnx.Rngs(0, dropout=1)),
+            "loss_fn": loss_fn,
             "images": jax.random.normal(jax.random.key(0), (32, 8)),
             "labels": jnp.arange(32) % 3}
 
@@ -80,7 +81,9 @@ def test_the_readme_has_python_snippets():
     assert any("remat_sequence" in block for block in blocks)
 
 
-@pytest.mark.parametrize("index", range(len(_blocks())))
+@pytest.mark.parametrize("index", [  # the scanned NNX stack's whole-step fit: 8-18 s of CPU
+    pytest.param(i, marks=pytest.mark.slow) if "nnx.vmap" in block else i
+    for i, block in enumerate(_blocks())])
 def test_readme_snippet_runs(index, capsys):
     code = _blocks()[index]
     namespace = {"jax": jax, "jnp": jnp, "jaxremat": jaxremat}
@@ -104,5 +107,8 @@ def test_the_demo_labels_its_synthetic_chains_and_explains_its_marks(capsys):
     printed = capsys.readouterr().out
     headers = [line for line in printed.splitlines() if line.startswith("== ")]
     assert len(headers) == 3 and all(line.startswith("== Synthetic") for line in headers)
-    assert "+0.0%*" in printed  # at the no-remat peak rotor returns the "none" schedule
-    assert "* the dynamic program found nothing better than a baseline" in printed
+    # at the no-remat peak rotor costs what "none" costs (its own plan since slot refinement,
+    # marked * where a baseline's schedule is used); a mark comes with its footnote
+    assert re.search(r"100\.0%\s+\+0\.0%\*?\s+\+0\.0%", printed)
+    assert ("%*" in printed) == ("* the dynamic program found nothing better than a baseline"
+                                 in printed)

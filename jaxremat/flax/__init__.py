@@ -6,7 +6,8 @@ NNX (first class; :mod:`jaxremat.flax.nnx`):
 * :func:`remat_blocks` -- class decorator adding ``self.run_blocks(x)`` for a model whose
   blocks live in a list attribute; the budget bounds the whole training step
   (``scope="model"``, :mod:`jaxremat.flax.model_scope`) or the blocks alone
-  (``scope="blocks"``).
+  (``scope="blocks"``). A scanned stack (``nnx.vmap``-built, run with ``nnx.scan``) runs
+  with :func:`jaxremat.remat_scan`'s nested scans (:mod:`jaxremat.flax.scanned`).
 * :func:`run_modules` / :func:`plan_modules` -- the functional forms.
 * :func:`activation_memory` -- program-order memory of a module's training step
   (``activation_memory(model, loss_fn, *batch)``; BatchNorm and Dropout included).
@@ -23,8 +24,9 @@ from .graph import RematModule
 from .meter import activation_memory
 from .blocks import remat_blocks
 from .nnx import RematSequential, plan_modules, run_modules
+from .scanned import ScannedPlan, plan_scanned, run_scanned
 
-__all__ = ["activation_memory", "RematModule", "RematSequential", "remat_blocks", "run_modules", "plan_modules", "linen", "nnx"]
+__all__ = ["activation_memory", "RematModule", "RematSequential", "remat_blocks", "run_modules", "plan_modules", "ScannedPlan", "plan_scanned", "run_scanned", "linen", "nnx"]
 
 
 def __getattr__(name: str):

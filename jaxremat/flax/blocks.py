@@ -14,6 +14,12 @@ A model whose ``__call__`` loops over a list attribute of blocks (a transformer'
 The blocks run as :func:`jaxremat.flax.run_modules` runs them (:mod:`jaxremat.flax.nnx`);
 the model's state tree is unchanged (``blocks/0/...``), so existing checkpoints load.
 
+A *scanned stack* -- one module holding the ``L`` blocks' variables stacked on axis 0, built
+with ``nnx.split_rngs`` + ``nnx.vmap`` and run with ``nnx.scan`` -- takes the same decorator:
+``h = self.run_blocks(h)`` replaces the ``nnx.scan`` call, and the blocks run with
+:func:`jaxremat.remat_scan`'s nested-scan plan (:mod:`jaxremat.flax.scanned`; the state
+tree is again unchanged). The plan is then a :class:`jaxremat.flax.scanned.ScannedPlan`.
+
 What the budget bounds (``scope``): by default (``"model"``) the whole training step, as
 :func:`jaxremat.flax.activation_memory` measures it -- embedding, blocks, head and loss;
 the blocks' own budget is fitted to it (:mod:`jaxremat.flax.model_scope`). With
@@ -24,6 +30,7 @@ which.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable
 
@@ -40,6 +47,7 @@ from ..trees import abstractify, signature
 from . import model_scope
 from .model_scope import SCOPES
 from .nnx import plan_modules, run_modules
+from .scanned import is_scanned_stack, plan_scanned, run_scanned
 
 __all__ = ["remat_blocks"]
 
@@ -58,7 +66,9 @@ def remat_blocks(
 ) -> Callable[[type], type]:
     """Class decorator adding ``self.<name>(*args)``, which runs ``self.<attribute>`` (a
     list of modules, e.g. an ``nnx.List`` of transformer blocks) in sequence under the
-    budget, as :class:`RematSequential` does (see the module docstring).
+    budget, as :class:`RematSequential` does, or a scanned stack (one ``nnx.vmap``-built
+    module, variables stacked on axis 0) with :func:`jaxremat.remat_scan`'s nested scans
+    (see the module docstring).
 
     Args:
       attribute: the attribute holding the blocks.
@@ -79,6 +89,9 @@ def remat_blocks(
         the exact step once with ``model.fit_<attribute>(loss_fn, *batch)``.
       method, slots, costs, policies: as for :class:`RematSequential` (``policies``: the
         menu of ``jax.checkpoint`` policies a block may be saved with, :mod:`jaxremat.sequence.policies`).
+        For a scanned stack, ``method`` is one of :data:`jaxremat.scan.remat.SCAN_METHODS`,
+        ``slots`` is unused, and ``policies`` is passed to ``remat_scan`` (an error while
+        it takes none, unless ``None`` or ``()``).
       name: the name of the added method (default ``run_blocks``); also adds
         ``plan_<attribute>(*args)`` returning the :class:`jaxremat.Plan` (``args``: the
         model's arguments with ``scope="model"``, the blocks' input with ``"blocks"``; the
@@ -100,6 +113,9 @@ def remat_blocks(
     if loss is not None and not callable(loss):
         raise TypeError(f"loss must be a function of the model's outputs, got {loss!r}.")
     settings = dict(method=method, slots=slots, costs=costs, policies=check_policies(policies))
+    # a scanned stack (nnx.vmap-built, jaxremat.flax.scanned) runs with remat_scan
+    scan_settings = dict(method=method, costs=costs,
+                         policies=None if policies is None else settings["policies"])
     step_loss = model_scope.summed if loss is None else loss
     step_words = ("the model's call and the sum of its outputs as the loss" if loss is None
                   else f"the model's call and {getattr(loss, '__name__', 'loss')}(outputs)")
@@ -110,7 +126,7 @@ def remat_blocks(
         instance = getattr(self, "remat_budget", None)
         return budget if instance is None else instance
 
-    def blocks_of(self: Any) -> list:
+    def blocks_of(self: Any) -> Any:
         try:
             blocks = getattr(self, attribute)
         except AttributeError:
@@ -118,14 +134,8 @@ def remat_blocks(
                 f"{type(self).__name__} has no attribute {attribute!r}: remat_blocks"
                 f"({attribute!r}) needs the blocks in self.{attribute} (a list of modules)."
             ) from None
-        if isinstance(blocks, nnx.Module) and not isinstance(blocks, (nnx.List, nnx.Sequential)):
-            raise TypeError(
-                f"{type(self).__name__}.{attribute} is one {type(blocks).__name__}, not a list "
-                f"of modules. If it is a scanned stack (blocks built with nnx.vmap, their "
-                f"parameters stacked along a leading axis and run with nnx.scan), use "
-                f"jaxremat.remat_scan(layer, budget), jaxremat's route for scanned stacks; or "
-                f"unroll the stack into an nnx.List of blocks for remat_blocks({attribute!r})."
-            )
+        if is_scanned_stack(blocks):
+            return blocks
         try:
             return list(blocks)
         except TypeError:
@@ -134,27 +144,34 @@ def remat_blocks(
                 f"remat_blocks({attribute!r}) needs a list of modules there (e.g. nnx.List)."
             ) from None
 
-    def planned(blocks: list, args: tuple, choice: dict) -> Plan:
+    def owner_of(self: Any) -> str:
+        return f"{type(self).__name__}.{attribute}"
+
+    def planned(blocks: Any, args: tuple, choice: dict, owner: str) -> Plan:
         """The blocks' plan under ``choice`` (``{"budget", "method"}``; the budget
         :data:`model_scope.LEAST` is the least that the method fits)."""
         run = {**settings, **choice}
+        plan_fn = plan_modules
+        if is_scanned_stack(blocks):
+            plan_fn = functools.partial(plan_scanned, owner=owner)
+            run = {**scan_settings, **choice}
         if run["budget"] == model_scope.LEAST:
             try:
-                return plan_modules(blocks, *args, **{**run, "budget": 1})
+                return plan_fn(blocks, *args, **{**run, "budget": 1})
             except solver.InfeasibleBudget as error:
                 run["budget"] = max(1, math.ceil(error.min_budget))
-        return plan_modules(blocks, *args, **run)
+        return plan_fn(blocks, *args, **run)
 
     def blocks_plan(self: Any, args: tuple, chosen: Any) -> Plan:
         """The blocks' plan for this call (``args``: the blocks' input) under the scope."""
         blocks = blocks_of(self)
         probing = model_scope.probe()
         if probing is not None:  # the whole step is being measured with a probed plan
-            plan = planned(blocks, args, probing["choice"])
+            plan = planned(blocks, args, probing["choice"], owner_of(self))
             model_scope.planned_under_probe(probing, plan, model_scope.current_call(self))
             return plan
         if scope == "blocks":
-            return dataclasses.replace(planned(blocks, args, {"budget": chosen}),
+            return dataclasses.replace(planned(blocks, args, {"budget": chosen}, owner_of(self)),
                                        scope=model_scope.ScopeNote("blocks"))
         call = model_scope.current_call(self)
         if call is None:
@@ -163,7 +180,7 @@ def remat_blocks(
                 f"self.{name} must run inside the model's __call__ (it ran outside one). Call "
                 f"the model, or use scope='blocks' to bound the blocks alone.")
         choice, note, _ = fit_call(self, *call, chosen)
-        return dataclasses.replace(planned(blocks, args, choice), scope=note)
+        return dataclasses.replace(planned(blocks, args, choice, owner_of(self)), scope=note)
 
     def call_key(self: Any, args: tuple, kwargs: dict, chosen: Any) -> tuple:
         """What a whole-step fit depends on: the model's definition and call, the budget."""
@@ -190,8 +207,13 @@ def remat_blocks(
         chosen = budget_of(self, budget)
         check_budget(chosen)
         plan = blocks_plan(self, args, chosen)
-        return run_modules(blocks_of(self), *args, **{**settings, "budget": plan.budget,
-                                                        "method": plan.method})
+        blocks = blocks_of(self)
+        if is_scanned_stack(blocks):
+            return run_scanned(blocks, *args, **{**scan_settings, "budget": plan.budget,
+                                                 "method": plan.method},
+                               owner=owner_of(self))
+        return run_modules(blocks, *args, **{**settings, "budget": plan.budget,
+                                             "method": plan.method})
 
     def plan(self: Any, *args: Any, budget: Any = None) -> Plan:
         chosen = budget_of(self, budget)

@@ -5,7 +5,9 @@
 * :mod:`.trace`: one layer's vjp, its tape and transients;
 * :mod:`.costs` and :mod:`.timing`: flops and bytes before XLA optimises, and measured time;
 * :mod:`.dataflow`: the dataflow graph of a function, for the graph solver;
-* :mod:`.device`: how much memory a device leaves for activations.
+* :mod:`.device`: how much memory a device leaves for activations;
+* :mod:`.offload`: whether a device can keep residuals in host memory, its bandwidth, and
+  the cost of an offloaded tape.
 
 Nothing here plans or applies a plan; the frontends (:mod:`jaxremat.sequence`,
 :mod:`jaxremat.graph`, :mod:`jaxremat.scan`, :mod:`jaxremat.flax`) build on it.

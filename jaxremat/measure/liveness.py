@@ -15,9 +15,10 @@ from typing import Any, Callable, Iterable, NamedTuple
 import jax
 from jax.extend.core import DropVar, Jaxpr, Literal
 
-from ..jax_compat import check_known, is_call, sub_jaxprs
+from ..jax_compat import check_known, in_host_memory, is_call, sub_jaxprs
 
-__all__ = ["LiveValue", "Walker", "aval_nbytes", "is_view", "KEPT", "UNCOUNTED", "DEAD", "OUTSIDE"]
+__all__ = ["LiveValue", "Walker", "aval_nbytes", "device_nbytes", "is_view", "KEPT", "UNCOUNTED",
+           "DEAD", "OUTSIDE"]
 
 @dataclasses.dataclass(frozen=True)
 class LiveValue:
@@ -55,6 +56,13 @@ def aval_nbytes(aval: Any) -> int:
             f"shapes. Trace the program with concrete input shapes (no shape polymorphism)."
         ) from error
     return size * int(dtype.itemsize)
+
+
+def device_nbytes(aval: Any) -> int:
+    """Device bytes of one value: :func:`aval_nbytes`, or 0 for a value in host memory (a
+    residual a checkpoint offload policy moved to ``pinned_host``,
+    :func:`jaxremat.jax_compat.in_host_memory`). The meter counts device memory only."""
+    return 0 if in_host_memory(aval) else aval_nbytes(aval)
 
 
 def _aval_text(aval: Any) -> str:
@@ -279,7 +287,7 @@ class Walker:
         total = 0
         for i, (v, b) in enumerate(zip(jaxpr.invars, inputs)):
             if b != OUTSIDE and buffer(v) is v and v not in skipped:
-                live[v] = aval_nbytes(v.aval)
+                live[v] = device_nbytes(v.aval)
                 total += live[v]
                 names[v] = f"input {i}"
         if target is not None and total == target:
@@ -293,7 +301,7 @@ class Walker:
             # new buffers (not passed-through operands, not uncounted program outputs)
             outs = [v for v in eqn.outvars
                     if not isinstance(v, DropVar) and buffer(v) is v and v not in skipped]
-            out_bytes = sum(aval_nbytes(v.aval) for v in outs)
+            out_bytes = sum(device_nbytes(v.aval) for v in outs)
             # how the sub-programs count their outputs (an uncounted output of this
             # program stays uncounted; one nothing reads after the call is dead)
             out_codes = tuple(
@@ -317,7 +325,7 @@ class Walker:
                 values = self._values({v: n for v, n in live.items() if v not in owned}, names)
                 if use_outs:
                     values += [
-                        LiveValue(_name(eqn, v, k), _aval_text(v.aval), aval_nbytes(v.aval))
+                        LiveValue(_name(eqn, v, k), _aval_text(v.aval), device_nbytes(v.aval))
                         for v in outs
                     ]
                 if use_inner:
@@ -329,7 +337,7 @@ class Walker:
                 best = _Peak(outside + extra, ((k, name),) + below)
             for v in outs:
                 if v in last_use:
-                    live[v] = aval_nbytes(v.aval)
+                    live[v] = device_nbytes(v.aval)
                     total += live[v]
                     if target is not None:
                         names[v] = _name(eqn, v, k)

@@ -28,6 +28,10 @@ The model (a liveness analysis over the equations, in program order):
   key array takes the bytes of its key data (``dtype.itemsize`` is the key data size). An
   output that nothing uses (jax 0.10 prints it as ``_`` too, but it is a ``Var``) is
   allocated by its equation and freed right after it.
+* Device memory only: a value in host memory (a residual that an offload policy such as
+  ``save_and_offload_only_these_names(..., offload_dst="pinned_host")`` moved off the
+  device; its aval prints ``f32<host>[...]``) takes no bytes. The ``device_put`` that
+  brings it back in the backward creates an ordinary device value, counted as usual.
 * Sub-programs are entered, and a call is measured as if inlined, since XLA inlines calls
   (and remat bodies) before it assigns buffers. For a call (``jit``/``pjit``, ``remat``/
   ``checkpoint``, ``custom_jvp_call``, ``custom_vjp_call``, ``closed_call``, ``core_call``)

@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import ClosedJaxpr, Literal, jaxpr_as_fun
 
-from ..jax_compat import dce_jaxpr
+from ..jax_compat import dce_jaxpr, in_host_memory
 
+from .liveness import device_nbytes
 from .meter import aval_nbytes, inputs_read, program_memory
 from ..trees import cotangent_struct, tree_bytes
 
@@ -46,6 +47,8 @@ class TracedLayer:
       tape_bytes: ``xbar_size[i]``, as defined in :mod:`jaxremat.sequence.profile`.
       output_in_tape: whether the pullback reads the output (some leaf of ``y`` is a read
         residual): ``Chain.output_in_tape[i]``.
+      host_bytes: bytes of the counted residuals in host memory (moved there by an offload
+        policy): not in ``tape_bytes``, which counts device memory only.
     """
 
     forward: ClosedJaxpr
@@ -57,6 +60,7 @@ class TracedLayer:
     backward: ClosedJaxpr
     tape_bytes: int
     output_in_tape: bool = True
+    host_bytes: int = 0
 
 
 def _layer_error(index: int, x: Any, error: Exception) -> Exception:
@@ -87,19 +91,27 @@ def _counted_residuals(forward: ClosedJaxpr, num_outputs: int, used: Sequence[bo
 
 def _tape_bytes(forward: ClosedJaxpr, num_outputs: int, output_bytes: int,
                 used: Sequence[bool]) -> int:
-    """Bytes of the residuals the pullback reads, minus params/input/constants, plus the
-    output. ``used[k]``: the pullback reads residual ``k``."""
+    """Device bytes of the residuals the pullback reads, minus params/input/constants, plus
+    the output (residuals in host memory take none). ``used[k]``: the pullback reads
+    residual ``k``."""
     counted = _counted_residuals(forward, num_outputs, used)
-    return sum(aval_nbytes(v.aval) for v in counted) + output_bytes
+    return sum(device_nbytes(v.aval) for v in counted) + output_bytes
+
+
+def _host_bytes(forward: ClosedJaxpr, num_outputs: int, used: Sequence[bool]) -> int:
+    """Bytes of the residuals the pullback reads that live in host memory (offloaded)."""
+    counted = _counted_residuals(forward, num_outputs, used)
+    return sum(aval_nbytes(v.aval) for v in counted if in_host_memory(v.aval))
 
 
 def tape_signature(traced: "TracedLayer") -> tuple:
-    """What identifies a layer's tape across traces: the shapes and dtypes of its counted
-    residuals (sorted) and whether it holds the output. Two policies with equal signatures
-    keep the same values (:mod:`jaxremat.sequence.policies`)."""
+    """What identifies a layer's tape across traces: the shapes, dtypes and memory (device or
+    host) of its counted residuals (sorted) and whether it holds the output. Two policies
+    with equal signatures keep the same values (:mod:`jaxremat.sequence.policies`)."""
     counted = _counted_residuals(traced.forward, len(jax.tree.leaves(traced.output)),
                                  traced.residual_used)
-    shapes = sorted((tuple(v.aval.shape), str(v.aval.dtype)) for v in counted)
+    shapes = sorted((tuple(v.aval.shape), str(v.aval.dtype), in_host_memory(v.aval))
+                    for v in counted)
     return tuple(shapes), traced.output_in_tape
 
 
@@ -157,13 +169,15 @@ def transients(traced: "TracedLayer", num_params: int, input_bytes: int) -> tupl
 
     backward = traced.backward.jaxpr
     # Not counted in the backward: parameters and constants (live anyway), the input x[i]
-    # (the simulator holds it through B(i)), residuals the pullback never reads, and literal
-    # residuals (gelu's 0.5: constants in the training step's program, as in the tape).
+    # (the simulator holds it through B(i)), residuals the pullback never reads, literal
+    # residuals (gelu's 0.5: constants in the training step's program, as in the tape), and
+    # residuals in host memory (offloaded; the pullback's jaxpr, traced on shapes, sees them
+    # as device values, but only their copies back to the device take device memory).
     outside = set(forward.invars) | set(forward.constvars)
     residual_vars = forward.outvars[num_out:]
     excluded = [
         k for k, (v, read) in enumerate(zip(residual_vars, traced.residual_used))
-        if not read or isinstance(v, Literal) or v in outside
+        if not read or isinstance(v, Literal) or v in outside or in_host_memory(v.aval)
     ]
     bwd_peak = program_memory(traced.backward, exclude_inputs=excluded, count_outputs=False)
     held = sum(aval_nbytes(v.aval) for k, v in enumerate(backward.invars) if k not in excluded)
@@ -220,4 +234,5 @@ def trace_layer(
     num_outputs = len(jax.tree.leaves(output))
     tape = _tape_bytes(forward, num_outputs, tree_bytes(output), used)
     return TracedLayer(forward, output, tuple(residuals), used, pullback, cotangent, backward,
-                       tape, _reads_output(forward, num_outputs, used))
+                       tape, _reads_output(forward, num_outputs, used),
+                       _host_bytes(forward, num_outputs, used))

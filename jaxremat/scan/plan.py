@@ -95,6 +95,12 @@ class ScanPlan:
         """The plain scan (every tape stored) on the same chain."""
         return member_schedule(self.chain, NestedScan())
 
+    @property
+    def no_remat_peak(self) -> float:
+        """Predicted peak bytes of the plain scan (every tape stored) on the same chain, its
+        loop margin included, for the whole batch."""
+        return (float(self.no_remat.peak) + loop_margin(self.chain, NestedScan())) * self.batch_size
+
     @functools.cached_property
     def rotor(self) -> Schedule | None:
         """Rotor's optimum on the unrolled chain at this budget (``solver.solve``), or
@@ -142,7 +148,7 @@ class ScanPlan:
             f"  predicted peak  {format_bytes(self.predicted_peak)} "
             f"({self.predicted_peak / self.budget:.0%} of budget, of which loop margin "
             f"{format_bytes(self.loop_margin * self.batch_size)}; no remat: "
-            f"{format_bytes((no_remat.peak + loop_margin(self.chain, NestedScan())) * self.batch_size)})",
+            f"{format_bytes(self.no_remat_peak)})",
             f"  measured peak   {format_bytes(self.measured_peak)} (activation_memory, "
             f"program order)",
             f"  predicted time  {_format_time(self.predicted_time)} "

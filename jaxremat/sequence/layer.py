@@ -46,6 +46,10 @@ class OptionProfile:
         include the recomputation).
       fwd_tape_flops, bwd_flops: ``cost_analysis()`` flops of the tape-only forward and of
         the backward.
+      host_bytes: bytes the option keeps in host memory (an offload policy; not in
+        ``tape_bytes``, which counts the device).
+      transfer_time: seconds to copy them one way (``host_bytes`` / bandwidth); the times
+        above include it as :func:`jaxremat.measure.offload.offload_times` overlaps it.
     """
 
     name: str
@@ -59,6 +63,8 @@ class OptionProfile:
     fwd_tape_flops: float
     bwd_flops: float
     output_in_tape: bool
+    host_bytes: int = 0
+    transfer_time: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,10 +11,18 @@ Options whose tapes are identical (counted residuals of the same shapes and dtyp
 output flag, and the same flops and transients) merge, keeping the first name; an option no smaller and no faster than the whole tape, or no better
 than another option in any field, is dropped as dominated; a policy that fails on a layer (JAX rejects it) is dropped from that layer's
 menu, with the reason kept in :attr:`LayerProfile.dropped`.
+
+Offload options (``"offload_dots_no_batch"``, ``"offload_names:..."``) keep some residuals
+in host memory: their tape counts device bytes only (the host residuals' bytes are
+:attr:`OptionProfile.host_bytes`), and their forward, tape-only forward and backward times
+include the transfers as :func:`jaxremat.measure.offload.offload_times` models them
+(Beaumont et al., NeurIPS 2021). Where the device has no host memory space they are dropped
+from every layer's menu, with the reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 import jax
@@ -22,9 +30,31 @@ import jax
 from solver import Chain
 from solver.chain.options import LayerOptions
 
+from ..measure import offload
 from ..measure.trace import TracedLayer, tape_signature, trace_layer
 from .layer import LayerProfile, OptionProfile, layer_costs
 from .policies import PolicyOption, layer_menu, marked_names
+
+_SAME = "same tape as "
+_DOMINATED = "dominated by "
+_WHOLE = "no smaller and no faster than the whole tape"
+
+
+def option_aliases(dropped: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``{dropped option name: name of the kept option that stands for it}`` from a layer's
+    ``LayerProfile.dropped``: the option it merged into, the option that dominates it, or
+    ``"everything"`` (the whole tape) for one no better than the whole tape. Rejected
+    policies have no stand-in. :func:`solver.chain.uniform.uniform_plans` builds each
+    uniform policy's plan with them."""
+    aliases = {}
+    for name, reason in dropped:
+        for prefix in (_SAME, _DOMINATED):
+            if reason.startswith(prefix):
+                aliases[name] = reason[len(prefix):].strip("'")
+        if reason == _WHOLE:
+            aliases[name] = "everything"
+    return aliases
+
 
 def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyOption,
                     base: LayerProfile, costs: str, repeats: int,
@@ -41,6 +71,12 @@ def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyO
         fwd_tape_flops=min(found["fwd_tape_flops"], base.fwd_flops),
         bwd_flops=max(found["bwd_flops"], base.bwd_flops), output_in_tape=found["output_in_tape"],
     )
+    if traced.host_bytes:
+        fwd, tape, bwd, transfer = offload.offload_times(
+            found.fwd_time, found.fwd_tape_time, found.bwd_time, traced.host_bytes,
+            offload.host_bandwidth(costs))
+        found = dataclasses.replace(found, fwd_time=fwd, fwd_tape_time=tape, bwd_time=bwd,
+                                    host_bytes=traced.host_bytes, transfer_time=transfer)
     # equal shapes alone do not make equal tapes (tanh(x @ w) vs x @ w): the costs must agree too
     key = (tape_signature(traced), found.bwd_flops, found.fwd_tape_flops, found.fwd_tmp,
            found.bwd_tmp)
@@ -65,7 +101,11 @@ def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: T
     dropped: list[tuple[str, str]] = []
     seen = {(tape_signature(traced), base.bwd_flops, base.fwd_tape_flops, base.fwd_tmp,
              base.bwd_tmp): "everything"}
+    no_host = None
     for option in layer_menu(menu, marked_names(layer, p, x))[1:]:
+        if option.offload and (no_host := no_host or offload.offload_unavailable()):
+            dropped.append((option.name, no_host))
+            continue
         try:
             found, key = _profile_option(layer, p, x, base.index, option, base, costs, repeats,
                                          input_grad)
@@ -74,14 +114,14 @@ def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: T
             dropped.append((option.name, f"rejected: {type(cause).__name__}: {cause}"[:300]))
             continue
         if key in seen:
-            dropped.append((option.name, f"same tape as {seen[key]!r}"))
+            dropped.append((option.name, f"{_SAME}{seen[key]!r}"))
         elif found.tape_bytes >= base.tape_bytes and found.bwd_time >= base.bwd_time:
-            dropped.append((option.name, "no smaller and no faster than the whole tape"))
+            dropped.append((option.name, _WHOLE))
         else:
             seen[key] = option.name
             options.append(found)
     kept = [o for o in options if not any(_dominates(other, o) for other in options)]
-    dropped += [(o.name, "dominated by " + repr(next(d.name for d in options if _dominates(d, o))))
+    dropped += [(o.name, _DOMINATED + repr(next(d.name for d in options if _dominates(d, o))))
                 for o in options if o not in kept]
     return tuple(kept), tuple(dropped)
 
@@ -89,7 +129,7 @@ def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: T
 def _dominates(a: OptionProfile, b: OptionProfile) -> bool:
     """Whether option ``a`` is no worse than ``b`` in every field of the chain and better in
     one (then no plan needs ``b``)."""
-    fields = ("tape_bytes", "fwd_tape_time", "bwd_time", "fwd_tmp", "bwd_tmp")
+    fields = ("tape_bytes", "fwd_time", "fwd_tape_time", "bwd_time", "fwd_tmp", "bwd_tmp")
     no_worse = all(getattr(a, f) <= getattr(b, f) for f in fields)
     return (no_worse and a.output_in_tape == b.output_in_tape
             and any(getattr(a, f) < getattr(b, f) for f in fields))

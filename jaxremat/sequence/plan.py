@@ -18,6 +18,7 @@ from solver.compare import budget_range, compare_methods, format_table
 from solver.solve import ORACLE_METHODS
 
 from ..budget import empty_input_hint, resolve_budget
+from .options import option_aliases
 from .profile import COSTS, LayerProfile, Profile
 
 __all__ = ["Plan", "check_method", "solve_plan"]
@@ -148,6 +149,14 @@ class Plan:
         chosen = chosen_options(self.schedule.plan)
         return [layer.option_names[chosen.get(layer.index, 0)] for layer in self.layers]
 
+    @property
+    def host_bytes(self) -> list[int]:
+        """Per layer, the bytes its stored tape keeps in host memory (an offload option,
+        :mod:`jaxremat.measure.offload`; 0 for the others)."""
+        chosen = chosen_options(self.schedule.plan)
+        return [layer.options[chosen[layer.index] - 1].host_bytes
+                if chosen.get(layer.index, 0) else 0 for layer in self.layers]
+
     def policy_summary(self) -> str:
         """The checkpoint policies the plan stores tapes with, e.g. ``"dots: layers 0-3, 7"``
         (``""`` when every stored tape is whole)."""
@@ -171,8 +180,10 @@ class Plan:
         top-level checkpoint keeps its input)."""
         kept = _checkpoint_starts(self.schedule.plan)
         result = []
-        for i, (count, option) in enumerate(zip(self.forward_counts, self.options)):
-            policy = "" if option == "everything" else f" (policy {option})"
+        for i, (count, option, host) in enumerate(zip(self.forward_counts, self.options,
+                                                      self.host_bytes)):
+            on_host = f", {format_bytes(host)} on host" if host else ""
+            policy = "" if option == "everything" else f" (policy {option}{on_host})"
             if count <= 1:
                 result.append("store tape" + policy)
                 continue
@@ -181,10 +192,12 @@ class Plan:
         return result
 
     def rows(self) -> list[dict[str, Any]]:
-        """The per-layer table as dictionaries (bytes, seconds, counts, decision)."""
+        """The per-layer table as dictionaries (bytes, seconds, counts, decision; ``host_bytes``:
+        what the chosen option keeps in host memory)."""
         rows = []
-        for layer, count, option, decision in zip(self.layers, self.forward_counts, self.options,
-                                                  self.decisions()):
+        for layer, count, option, decision, host in zip(self.layers, self.forward_counts,
+                                                        self.options, self.decisions(),
+                                                        self.host_bytes):
             rows.append({
                 "layer": layer.index,
                 "input_bytes": layer.input_bytes,
@@ -198,6 +211,7 @@ class Plan:
                 "bwd_flops": layer.bwd_flops,
                 "forwards": count,
                 "option": option,
+                "host_bytes": host,
                 "decision": decision,
             })
         return rows
@@ -222,6 +236,9 @@ class Plan:
             f"  plan            {format_plan(self.schedule.plan, names=self._option_names())}",
             f"  policies        {self.policy_summary() or 'none (whole tapes)'}",
         ]
+        if any(self.host_bytes):
+            lines.append(f"  host offload    {format_bytes(sum(self.host_bytes))} of tapes in "
+                         "pinned_host memory (transfer time modelled, jaxremat.measure.offload)")
         if self.scope is not None:
             lines[1:1] = self.scope.lines()
         if self.exceeds_no_remat:
@@ -324,7 +341,8 @@ def solve_plan(
     no_remat = make_schedule(chain, tuple(Layer(i) for i in range(chain.length))).peak
     budget_bytes = resolve_budget(budget, no_remat * batch_size)
     try:
-        schedule = solver.solve(chain, budget_bytes / batch_size, method=method, slots=slots)
+        schedule = solver.solve(chain, budget_bytes / batch_size, method=method, slots=slots,
+                                aliases=[option_aliases(p.dropped) for p in profile.layers])
     except solver.InfeasibleBudget as error:
         raise solver.InfeasibleBudget(
             budget_bytes, error.min_budget * batch_size, method, units="bytes",

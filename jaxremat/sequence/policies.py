@@ -16,7 +16,16 @@ into the per-layer menu of such options:
 * ``"names"``: ``save_only_these_names`` for the names the user marked in the layer with
   ``jax.ad_checkpoint.checkpoint_name``: all of them (option ``"names:a,b"``) and, when
   a layer marks two or three names, each on its own;
+* ``"offload_dots_no_batch"``: ``offload_dot_with_no_batch_dims`` to ``pinned_host``
+  (those matmul outputs kept in host memory instead of on the device);
+* ``"offload_names"``: ``save_and_offload_only_these_names`` with the marked names
+  offloaded to ``pinned_host`` (options ``"offload_names:a,b"``, and per name as above);
 * any callable ``policy(prim, *avals, **params) -> bool`` (named by its ``__name__``).
+
+The two offload options (:data:`OFFLOAD_POLICIES`) exist only where the device has a host
+memory space (:func:`jaxremat.measure.offload.offload_unavailable`); their cost model is in
+:mod:`jaxremat.measure.offload`. They are not on the default menu: each adds a profile per
+distinct layer, and off a GPU their transfer time is a model, not a measurement.
 
 ``nothing_saveable`` is not an option: keeping only a layer's input is the chain's
 ``Checkpoint`` of that layer. :func:`profile_sequence <jaxremat.sequence.profile.profile_sequence>`
@@ -30,8 +39,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jax
 
-__all__ = ["DEFAULT_POLICIES", "POLICY_NAMES", "PolicyOption", "check_policies",
-           "layer_menu", "marked_names"]
+__all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
+           "check_policies", "layer_menu", "marked_names", "offload_policy"]
 
 _BUILTIN: dict[str, Callable[..., bool]] = {
     "dots": jax.checkpoint_policies.dots_saveable,
@@ -44,8 +53,12 @@ _ALIASES = {
     "checkpoint_dots_with_no_batch_dims": "dots_no_batch",
     "save_only_these_names": "names",
     "everything_saveable": "everything",
+    "offload_dot_with_no_batch_dims": "offload_dots_no_batch",
+    "save_and_offload_only_these_names": "offload_names",
 }
-POLICY_NAMES = ("everything", "dots", "dots_no_batch", "names")
+OFFLOAD_POLICIES = ("offload_dots_no_batch", "offload_names")
+"""The policy names that keep residuals in host memory (``pinned_host``)."""
+POLICY_NAMES = ("everything", "dots", "dots_no_batch", "names") + OFFLOAD_POLICIES
 """The policy names ``policies=`` accepts (JAX's own names, e.g. ``"dots_saveable"``, too)."""
 
 DEFAULT_POLICIES = ("dots", "dots_no_batch", "names")
@@ -56,10 +69,27 @@ _MAX_SINGLE_NAMES = 3  # layers marking 2..3 names also get one option per name
 
 @dataclasses.dataclass(frozen=True)
 class PolicyOption:
-    """One entry of a layer's menu: ``name`` and the policy (``None``: the whole tape)."""
+    """One entry of a layer's menu: ``name``, the policy (``None``: the whole tape) and
+    whether it offloads residuals to host memory."""
 
     name: str
     policy: Callable[..., bool] | None
+    offload: bool = False
+
+
+def offload_policy(name: str, names: Sequence[str] = (), *,
+                   dst: str = "pinned_host") -> Callable[..., bool]:
+    """The ``jax.checkpoint`` policy of offload option ``name`` (:data:`OFFLOAD_POLICIES`):
+    matmul outputs without batch dimensions, or the values marked ``names``, moved from the
+    device to host memory ``dst``."""
+    policies = jax.checkpoint_policies
+    if name == "offload_dots_no_batch":
+        return policies.offload_dot_with_no_batch_dims(offload_src="device", offload_dst=dst)
+    if name == "offload_names":
+        return policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=list(names),
+            offload_src="device", offload_dst=dst)
+    raise ValueError(f"{name!r} is not an offload policy; those are {OFFLOAD_POLICIES}.")
 
 
 def _valid_names() -> str:
@@ -149,14 +179,19 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str]) -> tuple[Po
     :func:`check_policies`) expanded for the layer's ``names`` (:func:`marked_names`)."""
     options = [PolicyOption("everything", None)]
     save_names = jax.checkpoint_policies.save_only_these_names
+    offload_names = lambda *marked: offload_policy("offload_names", marked)  # noqa: E731
     for position, entry in enumerate(menu):
         if callable(entry):
             options.append(PolicyOption(_callable_name(entry, position), entry))
-        elif entry == "names":
-            if names:
-                options.append(PolicyOption("names:" + ",".join(names), save_names(*names)))
+        elif entry in ("names", "offload_names"):
+            policy, offload = (save_names, False) if entry == "names" else (offload_names, True)
+            groups = [names] if names else []
             if 2 <= len(names) <= _MAX_SINGLE_NAMES:
-                options += [PolicyOption(f"names:{n}", save_names(n)) for n in names]
+                groups += [(n,) for n in names]
+            options += [PolicyOption(f"{entry}:" + ",".join(group), policy(*group), offload)
+                        for group in groups]
+        elif entry in OFFLOAD_POLICIES:
+            options.append(PolicyOption(entry, offload_policy(entry), True))
         else:
             options.append(PolicyOption(entry, _BUILTIN[entry]))
     return tuple(options)

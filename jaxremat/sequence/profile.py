@@ -91,12 +91,13 @@ from typing import Any, Callable, Sequence
 from solver import Chain
 
 from ..lru import LRU
+from ..measure.offload import offload_key
 from ..measure.trace import trace_layer
 from ..trees import abstractify, check_layers, check_params, signature, tree_bytes
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
                     layer_costs, roofline_time)
 from .options import layer_options, with_options
-from .policies import check_policies
+from .policies import OFFLOAD_POLICIES, check_policies
 
 __all__ = [
     "PEAK_FLOPS",
@@ -148,6 +149,8 @@ def profile_cache() -> LRU:
 def _cache_key(layer: Callable, p: Any, x: Any, input_grad: bool, costs: str, menu: tuple,
                repeats: int) -> tuple:
     menu_key = tuple(m if isinstance(m, str) else ("callable", id(m)) for m in menu)
+    if any(m in OFFLOAD_POLICIES for m in menu):  # offload options depend on the device
+        menu_key += offload_key(costs)
     return (id(layer), signature(p), signature(x), input_grad, costs, menu_key,
             repeats if costs == "measured" else 0)
 

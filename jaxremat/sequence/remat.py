@@ -212,7 +212,9 @@ def remat_sequence(
         ``"dots_no_batch"``, and ``"names"``: ``save_only_these_names`` for the names a
         layer marks with ``jax.ad_checkpoint.checkpoint_name``), a sequence of those names
         and callable policies, or ``()`` for the whole tape only. The plan chooses per
-        layer and applies the choice as ``jax.checkpoint(layer, policy=...)``.
+        layer and applies the choice as ``jax.checkpoint(layer, policy=...)``. Off the
+        default menu, ``"offload_dots_no_batch"`` and ``"offload_names"`` keep residuals
+        in host memory where the device has it (:mod:`jaxremat.measure.offload`).
 
     Returns:
       A :class:`RematSequence`; call it as ``seq(params, x)`` with one parameter pytree per

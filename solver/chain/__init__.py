@@ -5,7 +5,8 @@ tape and temporaries and the times of its forward and backward. Here are the cha
 schedules (op sequences and nested plans), per-layer options (Rockmate's multi-option
 layers) and the simulator that costs them, Rotor's dynamic
 program and its numba kernels, the baselines (sqrt, revolve, ...), the exhaustive oracle for
-tiny chains, min-peak checkpoint selection (Hong et al.) and chain generators.
+tiny chains, min-peak checkpoint selection (Hong et al.), chain generators, the uniform
+plans (every layer saved alike) and slot refinement.
 """
 
 from .baselines import BASELINE_METHODS, baseline_schedule
@@ -14,6 +15,7 @@ from .exhaustive import ExhaustiveResult, exhaustive_optimum, exhaustive_search
 from .generators import random_chain, resnet_like, transformer_like, with_random_options
 from .min_peak import min_peak_chain
 from .options import LayerOptions
+from .refine import refined_schedule
 from .rotor import RotorTable, min_peak_schedule, rotor_min_budget
 from .schedule import (
     Checkpoint,
@@ -35,6 +37,7 @@ from .simulator import (
     memory_trace,
     simulate,
 )
+from .uniform import uniform_plans
 
 __all__ = [
     "apply_op",
@@ -60,12 +63,14 @@ __all__ = [
     "Plan",
     "plan_to_ops",
     "random_chain",
+    "refined_schedule",
     "resnet_like",
     "rotor_min_budget",
     "RotorTable",
     "Schedule",
     "simulate",
     "transformer_like",
+    "uniform_plans",
     "validate_plan",
     "with_random_options",
 ]
