@@ -3,15 +3,18 @@
 For a residual MLP block scanned over stacked parameters, L in {8, 16, 32, 64, 128}
 (``--quick``: {8, 16, 32}):
 
-1. trace + compile time of the gradient and its program size (jaxpr equations, scan and
-   checkpoint bodies included) for a plain ``lax.scan``, a scan with ``jax.checkpoint``
-   per layer (``nothing_saveable``, what ``nnx.remat`` does by default), ``remat_scan`` at
-   50% (planning included; and again with the plan cached) and the unrolled
-   ``remat_sequence`` at 50%;
+1. trace + compile CPU time of the gradient (the least of ``REPEATS`` runs, all threads)
+   and its program size (jaxpr equations, scan and checkpoint bodies included) for a plain
+   ``lax.scan``, a scan with ``jax.checkpoint`` per layer (``nothing_saveable``, what
+   ``nnx.remat`` does by default), the layer under ``dots_saveable`` in the scan,
+   ``remat_scan`` at 50% and at its least budget (planning included: with the layer's
+   profile as on a first call, with the profile cached, and with the plan cached) and the unrolled ``remat_sequence`` at 50%; the ratio to the scan with
+   ``nothing_saveable``;
 2. memory (``jaxremat.activation_memory``: program order on the jaxpr) and flops of
-   ``remat_scan`` at
-   25/50/75% budgets and at the measured memory of each uniform policy (``nothing_saveable``,
-   ``dots_saveable``, ``dots_with_no_batch_dims_saveable`` in the scan).
+   ``remat_scan`` (``costs="flops"``: the targets are in flops) at its least budget, at
+   25/50/75% budgets and at the measured memory of each uniform policy
+   (``nothing_saveable``, ``dots_saveable``, ``dots_with_no_batch_dims_saveable`` in the
+   scan); memory over that of ``nothing_saveable``.
 
 Flops are counted on the gradient's jaxpr (``jaxremat.measure.dataflow.equation_flops`` per equation,
 a scan body times its length): ``Lowered.cost_analysis()`` counts a loop body once, whatever
@@ -39,8 +42,11 @@ from jax.extend.core import ClosedJaxpr, Jaxpr  # noqa: E402
 
 from jaxremat.measure.dataflow import equation_flops  # noqa: E402
 from jaxremat.scan.remat import program_size  # noqa: E402
+from jaxremat.sequence.profile import profile_cache  # noqa: E402
 
 WIDTH, BATCH = 64, 256
+REPEATS = 3  # compile timings: the least of this many
+COSTS = "flops"  # the budget table's cost model: its targets are in flops
 POLICIES = ("nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable")
 
 
@@ -71,10 +77,21 @@ def loss_of(fn):
     return lambda p, x: jnp.sum(fn(p, x) ** 2)
 
 
-def compile_seconds(fn, params, x):
-    start = time.perf_counter()
-    jax.jit(jax.grad(loss_of(fn))).lower(params, x).compile()
-    return time.perf_counter() - start
+def compile_seconds(fn, params, x, fresh=None, first=False):
+    """CPU seconds (all threads: less sensitive to other jobs than wall time) to trace and
+    compile the gradient, the least of ``REPEATS`` runs; ``fresh()`` (if given) makes ``fn``
+    anew for each run: planning included, and with ``first`` the layer's profiling too (the
+    module-wide profile cache cleared, as on a first call in a process)."""
+    best = float("inf")
+    for _ in range(REPEATS):
+        if fresh is not None:
+            if first:
+                profile_cache().clear()
+            fn = fresh()
+        start = time.process_time()
+        jax.jit(jax.grad(loss_of(fn))).lower(params, x).compile()
+        best = min(best, time.process_time() - start)
+    return best
 
 
 def size(fn, params, x):
@@ -105,56 +122,88 @@ def memory(fn, params, x):
     return jaxremat.activation_memory(loss_of(fn), params, x)
 
 
+def least_budget(params, x, costs="static"):
+    """The smallest budget remat_scan names (its InfeasibleBudget at one byte)."""
+    try:
+        jaxremat.remat_scan(block, 1, costs=costs).plan(params, x)
+    except solver.InfeasibleBudget as error:
+        return int(error.min_budget)
+    raise AssertionError("one byte fits")
+
+
 def at_least(budget, params, x):
-    """remat_scan at ``budget``, or at the smallest budget that works when that is less."""
+    """A function making remat_scan at ``budget`` anew, or at the smallest budget that works
+    when that is less, and the budget's label."""
     try:
         jaxremat.remat_scan(block, budget).plan(params, x)
-        return jaxremat.remat_scan(block, budget), budget
-    except solver.InfeasibleBudget as error:
-        return jaxremat.remat_scan(block, int(error.min_budget)), "min"
+        return (lambda: jaxremat.remat_scan(block, budget)), budget
+    except solver.InfeasibleBudget:
+        least = least_budget(params, x)
+        return (lambda: jaxremat.remat_scan(block, least)), "min"
 
 
 def depth_table(depths):
-    print("L    method                 compile s   equations   (remat_scan at 50%, or at its "
-          "smallest budget where 50% does not fit: 'min')")
+    print("L    method                 compile s   equations   / scan+nothing_saveable   "
+          "(CPU s, least of %d; remat_scan at 50%%, or at its smallest budget where 50%% "
+          "does not fit: 'min'; and at its smallest budget; 'first': layer profiled and plan "
+          "made, 'new plan': profile cached, 'cached': plan cached)" % REPEATS)
     for L in depths:
         params, x = stack(L), jnp.ones((BATCH, WIDTH))
-        f, used = at_least("50%", params, x)
-        rows = [("scan", scanned()), ("scan+nothing_saveable", scanned("nothing_saveable")),
-                (f"remat_scan {used}", f), (f"remat_scan {used} cached", f),
-                ("remat_sequence 50%", unrolled(L))]
-        for name, fn in rows:
+        rows = [("scan", scanned(), None, False),
+                ("scan+nothing_saveable", scanned("nothing_saveable"), None, False),
+                ("scan+dots_saveable", scanned("dots_saveable"), None, False)]
+        for make, used in (at_least("50%", params, x),
+                           (lambda least=least_budget(params, x): jaxremat.remat_scan(block, least),
+                            "min")):
+            cached = make()
+            cached.plan(params, x)
+            rows += [(f"remat_scan {used} first", cached, make, True),
+                     (f"remat_scan {used} new plan", cached, make, False),
+                     (f"remat_scan {used} cached", cached, None, False)]
+        rows.append(("remat_sequence 50%", unrolled(L), None, False))
+        base = None
+        for name, fn, fresh, first in rows:
             if name.startswith("remat_sequence") and L > 64:
                 print(f"{L:<4} {name:<22} {'skipped (unrolled, > 64 layers)':>21}")
                 continue
-            print(f"{L:<4} {name:<22} {compile_seconds(fn, params, x):>9.3f}   "
-                  f"{size(fn, params, x):>9}")
+            seconds = compile_seconds(fn, params, x, fresh, first)
+            base = seconds if name == "scan+nothing_saveable" else base
+            ratio = f"{seconds / base:>6.2f}" if base else ""
+            member = ""
+            if name.startswith("remat_scan"):
+                plan = fn.plan(params, x)
+                member = f"  [{plan.member}; {plan.option_name}]"
+            print(f"{L:<4} {name:<22} {seconds:>9.3f}   {size(fn, params, x):>9}   "
+                  f"{ratio:>22}{member}")
 
 
 def budget_table(depths):
     print("\nL    method                            memory (meter)   pred/budget      flops  "
-          "flops / policy's")
+          "flops / policy's   mem / nothing_saveable")
     for L in depths:
         params, x = stack(L), jnp.ones((BATCH, WIDTH))
         policy_rows = [(p, memory(scanned(p), params, x), flops(scanned(p), params, x))
                        for p in POLICIES]
-        budgets = [(share, share) for share in ("25%", "50%", "75%")]
+        nothing = policy_rows[0][1]
+        budgets = [("least", least_budget(params, x, COSTS))] + [(share, share) for share in ("25%", "50%", "75%")]
         budgets += [(f"= {name}", mem) for name, mem, _ in policy_rows]
         base = dict((name, fl) for name, _, fl in policy_rows)
         for name, mem, fl in policy_rows:
-            print(f"{L:<4} scan+{name:<29} {mem:>14}   {'':>11} {fl:>10.3g}")
+            print(f"{L:<4} scan+{name:<29} {mem:>14}   {'':>11} {fl:>10.3g}  {'':>6}  "
+                  f"{mem / nothing:>6.3f}")
         for label, budget in budgets:
-            f = jaxremat.remat_scan(block, budget)
+            f = jaxremat.remat_scan(block, budget, costs=COSTS)
             try:
                 plan = f.plan(params, x)
             except solver.InfeasibleBudget as error:
                 print(f"{L:<4} remat_scan {label:<23} infeasible (needs {error.min_budget:.0f})")
                 continue
-            fl = flops(f, params, x)
+            fl, mem = flops(f, params, x), memory(f, params, x)
             ratio = fl / base[label[2:]] if label.startswith("=") else float("nan")
-            print(f"{L:<4} remat_scan {label:<23} {memory(f, params, x):>14}   "
+            print(f"{L:<4} remat_scan {label:<23} {mem:>14}   "
                   f"{plan.predicted_peak:>7.0f}/{plan.budget:<7} {fl:>10.3g}  {ratio:>6.3f}  "
-                  f"[{plan.member}; gap to Rotor {plan.gap_to_rotor:+.1%}]")
+                  f"{mem / nothing:>6.3f}  [{plan.member}; {plan.option_name}; gap to Rotor "
+                  f"{plan.gap_to_rotor:+.1%}]")
 
 
 def main():
@@ -163,7 +212,8 @@ def main():
     args = parser.parse_args()
     depths = (8, 16, 32) if args.quick else (8, 16, 32, 64, 128)
     print(f"backend {jax.default_backend()} (memory from the meter, flops counted on the "
-          f"jaxpr), JAX {jax.__version__}, width {WIDTH}, batch {BATCH}")
+          f"jaxpr), JAX {jax.__version__}, width {WIDTH}, batch {BATCH}; budget table with "
+          f"costs={COSTS!r}")
     depth_table(depths)
     budget_table(depths)
 

@@ -61,8 +61,10 @@ def test_scan_depth_quick_runs():
     out = _run("benchmarks/scan_depth.py", "--quick")
     assert re.search(r"^32 +remat_scan .*cached", out, re.M)
     assert re.search(r"^8 +scan\+nothing_saveable", out, re.M)
-    rows = [line for line in out.splitlines() if re.match(r"\d+ +remat_scan (25|50|75)%", line)]
+    budgets = out[out.index("memory (meter)"):].splitlines()
+    rows = [line for line in budgets if re.match(r"\d+ +remat_scan (25|50|75)%", line)]
     assert len(rows) == 9  # three depths, three budgets: a figure or the budget that works
+    assert len([line for line in budgets if re.match(r"\d+ +remat_scan least", line)]) == 3
 
 
 @pytest.mark.slow  # a subprocess run of a benchmark script (~25 s)

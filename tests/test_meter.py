@@ -232,3 +232,19 @@ def test_errors():
     (n,) = jax.export.symbolic_shape("n")
     with pytest.raises(TypeError, match="concrete shapes"):
         aval_nbytes(jax.ShapeDtypeStruct((n, 3), jnp.float32))
+
+
+def test_leading_axis_reshape_and_squeeze_are_views():
+    # The same gradient program with x regrouped on its leading axis, or given a unit axis
+    # and squeezed, measures what it measures on x itself: the views are x's buffer (XLA
+    # bitcasts them). A reshape of the trailing axes is counted as a copy.
+    n = 1024
+    x = jnp.ones((8, n // 8), jnp.float32)
+
+    def uses(view):
+        return lambda p, x: jnp.sum(jnp.sin(p * view(x)) * view(x) * view(x))
+
+    plain = activation_memory(uses(lambda x: x), 2.0, x)
+    assert activation_memory(uses(lambda x: x.reshape(2, 4, n // 8)), 2.0, x) == plain
+    assert activation_memory(uses(lambda x: x.reshape(1, 8, n // 8).squeeze(0)), 2.0, x) == plain
+    assert activation_memory(uses(lambda x: x.reshape(n // 8, 8)), 2.0, x) > plain

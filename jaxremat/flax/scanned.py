@@ -101,7 +101,7 @@ class ScannedPlan:
     @property
     def no_remat_peak(self) -> float:
         """Predicted peak of the plain scan (every tape stored), loop margin included."""
-        return (float(self.scan.no_remat.peak) + self.scan.loop_margin) * self.scan.batch_size
+        return self.scan.no_remat_peak
 
     def report(self) -> str:
         """remat_scan's report, with the scope's lines."""

@@ -17,7 +17,8 @@ from jax.extend.core import DropVar, Jaxpr, Literal
 
 from ..jax_compat import check_known, in_host_memory, is_call, sub_jaxprs
 
-__all__ = ["LiveValue", "Walker", "aval_nbytes", "device_nbytes", "KEPT", "UNCOUNTED", "DEAD", "OUTSIDE"]
+__all__ = ["LiveValue", "Walker", "aval_nbytes", "device_nbytes", "is_view", "KEPT", "UNCOUNTED",
+           "DEAD", "OUTSIDE"]
 
 @dataclasses.dataclass(frozen=True)
 class LiveValue:
@@ -118,6 +119,25 @@ def _handover(eqn: Any) -> tuple[list[Jaxpr], int] | None:
     return bodies, first
 
 
+def is_view(eqn: Any) -> bool:
+    """Whether ``eqn`` only reinterprets its operand's buffer, which XLA compiles to a
+    bitcast (row-major layouts, the default): a ``squeeze`` (drops size-1 axes), or a
+    ``reshape`` without transposition that changes only the leading axes, i.e. the new and
+    old shapes share all their axes but the first of one of them, such as
+    ``(L, d) <-> (L / k, k, d)`` (how ``remat_scan`` regroups stacked parameters) or
+    ``(1, d) <-> (d,)``. Other reshapes are counted as copies."""
+    name = eqn.primitive.name
+    if name == "squeeze":
+        return True
+    if name != "reshape" or eqn.params.get("dimensions") is not None:
+        return False
+    old, new = tuple(eqn.invars[0].aval.shape), tuple(eqn.outvars[0].aval.shape)
+    common = 0
+    while common < min(len(old), len(new)) and old[-1 - common] == new[-1 - common]:
+        common += 1
+    return common >= min(len(old), len(new)) - 1
+
+
 class Walker:
     """Walks jaxprs in program order (model: :mod:`jaxremat.measure.meter`).
 
@@ -186,9 +206,12 @@ class Walker:
     def forwarded(self, eqn: Any) -> dict[int, int]:
         """``{j: m}``: output ``j`` of the call (or of every branch of the ``cond``) ``eqn``
         is its operand ``m``, passed through: after inlining, the same buffer. An
-        ``optimization_barrier`` passes every operand through (XLA copies nothing)."""
+        ``optimization_barrier`` passes every operand through (XLA copies nothing); a
+        view (:func:`is_view`: leading-axis reshape, squeeze) is its operand's buffer."""
         if eqn.primitive.name == "optimization_barrier":
             return {j: j for j, out in enumerate(eqn.outvars) if not isinstance(out, DropVar)}
+        if is_view(eqn):
+            return {} if isinstance(eqn.outvars[0], DropVar) else {0: 0}
         handover = _handover(eqn)
         if handover is None:
             return {}

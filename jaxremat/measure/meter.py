@@ -20,6 +20,10 @@ The model (a liveness analysis over the equations, in program order):
   parameters and the same for every schedule). A value that is an output is then never
   counted, from the equation producing it to the end. With ``count_outputs=True`` an
   output is live from its equation to the end.
+* A view is its operand's buffer, not a new value: a ``squeeze``, or a ``reshape``
+  (without transposition) that changes only the leading axes, e.g. stacked parameters
+  ``(L, ...) -> (L / k, k, ...)``; XLA compiles both to bitcasts of the row-major buffer
+  (:func:`jaxremat.measure.liveness.is_view`). Other reshapes count as copies.
 * Literals, ``DropVar`` outputs, tokens and ``float0`` values take no memory; a typed PRNG
   key array takes the bytes of its key data (``dtype.itemsize`` is the key data size). An
   output that nothing uses (jax 0.10 prints it as ``_`` too, but it is a ``Var``) is

@@ -1,6 +1,6 @@
 """The scan frontend: one layer scanned over stacked parameters, as nested scans.
 
-* :mod:`.remat`: :func:`jaxremat.remat_scan`;
+* :mod:`.remat`: :func:`jaxremat.remat_scan`; :mod:`.plan`: the plan it reports;
 * :mod:`.members` and :mod:`.family`: the nested-scan plans and the exact choice among them;
 * :mod:`.simulate`: the solver's simulator on a nested-scan plan.
 """

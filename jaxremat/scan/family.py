@@ -7,36 +7,57 @@ unrolled chain, costs it with the chain simulator (:func:`solver.make_schedule`,
 :func:`solver.simulate`) and picks the fastest member that fits a budget.
 
 The family (:class:`NestedScan`). A member is a tuple of segment lengths ``sizes = (k1, k2,
-..., kd)``, ``k1 > k2 > ... > kd >= 1``, one per checkpointing level. ``d = 0`` stores every tape (a plain scan).
-Level ``j`` cuts a run of ``n`` layers into pieces of ``kj`` layers plus, when ``kj`` does
-not divide ``n``, one remainder piece of ``n mod kj`` layers first (:func:`pieces`; first
-rather than last, so that the last piece, run inline and not recomputed, is a whole one). Every piece but the last is a ``jax.checkpoint`` segment (equal pieces
-run as one ``lax.scan`` over checkpointed segments), applying level ``j + 1`` to its own
-layers when it is recomputed; the last piece is not checkpointed: level ``j + 1`` applies
-to it inline. After the last level, a run of layers is a plain scan keeping every tape.
-A level whose ``kj`` is not less than the run's length is skipped for that run.
-Checkpointing the last piece would be wasted work: it would be recomputed right after it
-ran (and ``solver.validate_plan`` forbids a segment body that ends in a checkpoint for
-that reason). With ``k1 >= L / 2`` a member is "checkpoint the
-first ``L - k1`` layers as one segment, store the tapes of the last ``k1``", the shape
-Rotor's plans take at generous budgets.
+..., kd)``, ``k1 > k2 > ... > kd >= 1``, one per checkpointing level, and an option: the
+``jax.checkpoint`` policy every layer that stores its tape runs under (option 0: the
+whole tape; ``solver.chain.options``; one for all layers, since the scan body is one
+program). ``d = 0`` stores every tape (a plain scan, under the option's policy).
+
+* Top level, ``k1`` divides ``L`` (:func:`reshaped`): one scan over the parameters reshaped
+  to ``(L / k1, k1, ...)``, every segment a ``jax.checkpoint`` (the last one too: it is
+  recomputed right after it ran, one segment's forward of extra work) that applies level
+  2 to its layers when recomputed. Nothing is copied: XLA makes a leading-axis reshape a
+  bitcast (the meter counts it as a view, :func:`jaxremat.measure.liveness.is_view`), and
+  each level is one loop. ``(1,)`` is ``jax.checkpoint`` per layer in one scan.
+* Otherwise (a remainder; and every level below the top) a run of ``n`` layers is cut into
+  pieces of ``kj`` layers plus, when ``kj`` does not divide ``n``, one remainder piece of
+  ``n mod kj`` layers first (:func:`pieces`; first rather than last, so that the last
+  piece, run inline and not recomputed, is a whole one). Every piece but the last is a
+  ``jax.checkpoint`` segment (equal pieces run as one ``lax.scan`` over checkpointed
+  segments), applying level ``j + 1`` to its own layers when it is recomputed; the last
+  piece is not checkpointed: level ``j + 1`` applies to it inline (a segment body ending
+  in a checkpoint would recompute it for nothing, and ``solver.validate_plan`` forbids
+  it). These levels split the parameters (``lax.split``: copies, up to three loops per
+  level). With ``k1 >= L / 2`` such a member is "checkpoint the first ``L - k1`` layers
+  as one segment, store the tapes of the last ``k1``", the shape Rotor's plans take at
+  generous budgets.
+
+After the last level, a run of layers is a plain scan keeping its tapes. A level whose
+``kj`` is not less than the run's length is skipped for that run.
 
 The choice (:func:`choose`) is exact within the family, by best-first search on the
 simulated time (:mod:`jaxremat.scan.simulate` runs the simulator, replaying the segments a
-homogeneous chain repeats; the member chosen is simulated again op by op). Adding a level below a member (``sizes + (k,)``) turns stored runs into
-nested ones, which only adds forward operations (each checkpointed piece of ``p`` layers
-adds ``p - 1`` forwards and one tape-only forward), so a member's simulated time bounds the
-time of all its descendants from below. Starting from every member with at most one level,
-the search pops members in order of time and expands the ones over budget; the first
-member popped that fits is the fastest of the family. The levels below ``k1`` take the
-divisor-like lengths ``ceil(k / m)`` (:func:`inner_sizes`), so that the family stays small:
-``k1`` takes every length. ``tests/test_scan.py`` checks the choice by brute force over the
-whole family (:func:`family`) on small chains with random costs.
+homogeneous chain repeats; the member chosen is simulated again op by op), plus
+:func:`loop_margin` (what the meter counts for loops and split parameters) on the peak.
+Adding a level below a member (``sizes + (k,)``) turns stored runs into nested ones, which
+only adds forward operations (each checkpointed piece of ``p`` layers adds ``p - 1``
+forwards and one tape-only forward), so a member's simulated time bounds the time of all
+its descendants from below. Starting from every member with at most one level (every
+option), the search pops members in order of time and expands the ones over budget; the
+first member popped that fits is the fastest of the family. A member (with its
+descendants) whose peak is bound to exceed both the budget and the least peak already seen
+(:func:`_floor`: the inputs of the checkpointed top-level pieces, stored when the loss
+runs, plus the margin) is not costed: it can neither be chosen nor be the least peak that
+an infeasible budget reports. The levels below ``k1`` take the divisor-like lengths
+``ceil(k / m)`` (:func:`inner_sizes`), so that the family stays small: ``k1`` takes every
+length. ``tests/test_scan.py`` checks the choice by brute force over the whole family
+(:func:`family`) on small chains with random costs and options.
 
 Reference: Beaumont et al., "Optimal checkpointing for heterogeneous chains" (Rotor,
-arXiv:1911.13214) for the chain model and the persistent plans; the nested-scan shape is
-that of ``jax.checkpoint`` inside ``lax.scan`` (MaxText's ``scan_layers``), cut into levels
-as in Chen et al.'s sqrt(L) checkpointing (arXiv:1604.06174, section 4.2, recursion).
+arXiv:1911.13214) for the chain model and the persistent plans; the options are Rockmate's
+extension of it (Zhao et al., ICML 2023; ALGORITHMS.md section 2, "Multi-option layers");
+the nested-scan shape is that of ``jax.checkpoint`` inside ``lax.scan`` (MaxText's
+``scan_layers``), cut into levels as in Chen et al.'s sqrt(L) checkpointing
+(arXiv:1604.06174, section 4.2, recursion).
 """
 
 from __future__ import annotations
@@ -45,15 +66,16 @@ import dataclasses
 import heapq
 import itertools
 import math
+from typing import Callable
 
 import solver
 from solver import Chain, Schedule, make_schedule
 
-from .members import NestedScan, family, inner_sizes, pieces, solver_plan
+from .members import NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
 from .simulate import is_homogeneous, simulate_member
 
-__all__ = ["NestedScan", "pieces", "inner_sizes", "solver_plan", "family",
-           "choose", "Choice", "member_schedule",
+__all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "solver_plan", "family",
+           "choose", "chain_options", "loop_margin", "Choice", "member_schedule",
            "FamilyInfeasible"]
 
 _PEAK_TOLERANCE = 1e-9  # as solver.solve: the DP and the simulator sum sizes in other orders
@@ -82,8 +104,9 @@ class _Search:
     :func:`jaxremat.scan.simulate.simulate_member` (replays repeated segments, equals
     ``solver.simulate``), otherwise each distinct plan once by ``solver.make_schedule``."""
 
-    def __init__(self, chain: Chain, loop_margin: float, memo: dict | None) -> None:
-        self.chain, self.loop_margin = chain, loop_margin
+    def __init__(self, chain: Chain, margin: Callable[[NestedScan], float],
+                 memo: dict | None) -> None:
+        self.chain, self.margin = chain, margin
         self.memo: dict | None = None
         if is_homogeneous(chain):
             self.memo = {} if memo is None else memo
@@ -104,36 +127,105 @@ class _Search:
         else:
             self.seen.add(member)
             time, peak = simulate_member(self.chain, member, self.memo)
-        peak += (member.levels + 1) * self.loop_margin
+        peak += self.margin(member)
         if peak < self.min_peak:
             self.min_peak, self.smallest = peak, member
         heapq.heappush(self.heap, (time, peak, member.levels, next(self.counter), member))
 
 
+def chain_options(chain: Chain) -> int:
+    """The options every layer of the homogeneous ``chain`` offers (1: the whole tape only).
+    A member runs all its stored layers under one option, so only the options valid on
+    every layer count (the first ``K`` columns, as ``LayerOptions`` lays them out)."""
+    if chain.options is None:
+        return 1
+    valid = chain.options.valid.all(axis=0)
+    return int(valid.argmin()) if not valid.all() else int(valid.size)
+
+
+def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0) -> float:
+    """Bytes to add to the unrolled chain's simulated peak of ``member`` for its loops and
+    parameter slices: what the program-order meter (:func:`jaxremat.activation_memory`,
+    loops as in :mod:`jaxremat.measure.meter`) counts and the chain does not.
+    ``param_bytes``: one layer's parameters.
+
+    The meter counts a loop's outputs (the stacked residuals) from before its body runs,
+    beside the body's own values, and the new carry beside the old one: one iteration's
+    residuals and carry twice. Per checkpointing level that is the segment's input (its
+    residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
+    layer's tape under the member's option (none when every segment is one layer in one
+    scan, ``jax.checkpoint`` per layer, where the carry alone is counted twice: ``x``). A level that does not reshape the parameters
+    (:func:`jaxremat.scan.members.reshaped`) splits them (``lax.split``) and the meter
+    counts the pieces and the gradient pieces before their concatenation: twice the
+    parameters it cuts (all ``L`` layers at the top level, a segment's below it).
+    Measured on the residual MLP block of ``benchmarks/scan_depth.py``: exact for the plain
+    scan (with and without a policy), for one reshaped level and for segments of one layer;
+    :meth:`RematScan._fit` takes any excess off the budget and
+    chooses again."""
+    x = float(chain.x_size[0])
+    L = chain.length
+    sizes = tuple(k for k in member.sizes if k < L)
+    if sizes == (1,):  # jax.checkpoint per layer in one scan: the new carry beside the old
+        return x
+    tape = float(chain.xbar_size[0] if chain.options is None or not member.option
+                 else chain.options.xbar_size[0, member.option])
+    split = 0.0
+    if sizes and not reshaped(L, sizes):
+        split += 2 * L * param_bytes
+    if len(sizes) > 1:
+        split += 2 * sizes[0] * param_bytes
+    return tape + 2 * x * len(sizes) + split
+
+
+def _floor(chain: Chain, member: NestedScan, margin: Callable[[NestedScan], float],
+           deeper: int) -> float:
+    """A lower bound on the peak plus margin of ``member`` (``deeper=0``) and every member
+    below it (its levels and more, ``deeper=1``): when the loss runs, the input of each
+    checkpointed top-level piece is stored (``x`` each, whatever the levels below do), and
+    ``margin`` grows with the levels (:func:`loop_margin` depends only on the top size, the
+    option and the number of levels)."""
+    sizes, L = member.sizes, chain.length
+    if reshaped(L, sizes):
+        pieces_stored = L // sizes[0]
+    else:
+        pieces_stored = len(pieces(L, sizes[0])) - 1
+    below = NestedScan(sizes + (1,) * deeper, member.option)
+    return pieces_stored * float(chain.x_size[0]) + margin(below)
+
+
 def choose(chain: Chain, budget: float, *, max_levels: int = 2,
-           loop_margin: float = 0.0, memo: dict | None = None) -> Choice:
+           margin: Callable[[NestedScan], float] | None = None,
+           memo: dict | None = None) -> Choice:
     """The fastest member of the family with at most ``max_levels`` levels whose simulated
-    peak, plus ``loop_margin`` per ``lax.scan`` level (``levels + 1``), fits ``budget``
-    (ties: the lower peak, then fewer levels). ``memo``: a dict to keep the simulator's
-    segment records in between calls on the same chain.
+    peak, plus ``margin(member)`` (none by default; :func:`loop_margin` for the meter's
+    loops), fits ``budget`` (ties: the lower peak, then fewer levels). ``memo``: a dict to
+    keep the simulator's segment records in between calls on the same chain.
 
     Raises:
       FamilyInfeasible (a ``solver.InfeasibleBudget``): no member fits; ``.min_budget`` is
         the least peak (margin included) in the family (every member was costed by then),
         ``.member`` the member that has it.
     """
-    search = _Search(chain, loop_margin, memo)
-    search.push(NestedScan())
-    if max_levels >= 1:
-        for k in range(1, chain.length):
-            search.push(NestedScan((k,)))
+    search = _Search(chain, margin or (lambda member: 0.0), memo)
+    L, limit = chain.length, budget * (1 + _PEAK_TOLERANCE)
+    roots = [NestedScan((k,) if k else (), option) for option in range(chain_options(chain))
+             for k in (range(L) if max_levels >= 1 else (0,))]
+    # the reshaped ones first: they set a low least peak, below the floor of many others
+    for root in sorted(roots, key=lambda m: not (not m.sizes or reshaped(L, m.sizes))):
+        if root.sizes and _floor(chain, root, search.margin, 0) > limit and \
+                _floor(chain, root, search.margin, 0) >= search.min_peak:
+            continue  # neither it nor a descendant fits or has less peak than one costed
+        search.push(root)
     while search.heap:
         _, peak, levels, _, member = heapq.heappop(search.heap)
         if peak <= budget * (1 + _PEAK_TOLERANCE):
             return Choice(member, member_schedule(chain, member), len(search.seen))
-        if 1 <= levels < max_levels:
+        if 1 <= levels < max_levels and member.sizes[-1] > 1:
+            floor = _floor(chain, member, search.margin, 1)
+            if floor > limit and floor >= search.min_peak:
+                continue  # no descendant fits, none has less peak than one already costed
             for k in inner_sizes(member.sizes[-1]):
-                search.push(NestedScan(member.sizes + (k,)))
+                search.push(NestedScan(member.sizes + (k,), member.option))
     smallest = search.smallest
     raise FamilyInfeasible(budget, search.min_peak, smallest, member_schedule(chain, smallest))
 

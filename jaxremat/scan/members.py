@@ -12,7 +12,8 @@ from typing import Iterator
 import solver
 from solver import Checkpoint, Layer
 
-__all__ = ["NestedScan", "pieces", "inner_sizes", "skeleton", "solver_plan", "family"]
+__all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "skeleton", "body_items",
+           "solver_plan", "family"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,9 +23,13 @@ class NestedScan:
     Attributes:
       sizes: segment lengths per checkpointing level, outermost first, strictly decreasing,
         each at least 1; ``()`` stores every tape (a plain scan).
+      option: the chain option (:mod:`solver.chain.options`) every layer that stores its
+        tape runs with: 0 the whole tape, ``k >= 1`` the layer under ``jax.checkpoint`` with
+        the policy of option ``k`` (the same for every layer: the scan body is one program).
     """
 
     sizes: tuple[int, ...] = ()
+    option: int = 0
 
     def __post_init__(self) -> None:
         sizes = tuple(self.sizes)
@@ -32,6 +37,8 @@ class NestedScan:
             raise ValueError(f"NestedScan sizes must be positive integers, got {sizes!r}.")
         if any(a <= b for a, b in zip(sizes, sizes[1:])):
             raise ValueError(f"NestedScan sizes must decrease from level to level, got {sizes!r}.")
+        if isinstance(self.option, bool) or not isinstance(self.option, int) or self.option < 0:
+            raise ValueError(f"NestedScan option must be an integer >= 0, got {self.option!r}.")
         object.__setattr__(self, "sizes", sizes)
 
     @property
@@ -40,9 +47,10 @@ class NestedScan:
         return len(self.sizes)
 
     def __str__(self) -> str:
+        policy = f", layers under option {self.option}" if self.option else ""
         if not self.sizes:
-            return "plain scan (every tape stored)"
-        return "segments of " + " > ".join(map(str, self.sizes)) + " layers"
+            return "plain scan (every tape stored)" + policy
+        return "segments of " + " > ".join(map(str, self.sizes)) + " layers" + policy
 
 
 def pieces(length: int, size: int) -> list[int]:
@@ -62,43 +70,64 @@ def inner_sizes(size: int) -> list[int]:
     return sorted({-(-size // m) for m in range(2, size + 1)}, reverse=True)
 
 
-def skeleton(start: int, length: int, sizes: tuple[int, ...]) -> list[tuple]:
+def reshaped(length: int, sizes: tuple[int, ...]) -> bool:
+    """Whether the top level of a stack of ``length`` layers under ``sizes`` is one scan over
+    the stacked parameters reshaped to ``(length / k, k, ...)``: ``k = sizes[0]`` divides
+    ``length`` (and is less). Then every segment, the last one included, is checkpointed,
+    so that the parameters are never split (a leading-axis reshape is a bitcast in XLA)."""
+    return bool(sizes) and sizes[0] < length and length % sizes[0] == 0
+
+
+def skeleton(start: int, length: int, sizes: tuple[int, ...], option: int = 0,
+             top: bool = True) -> list[tuple]:
     """The items for layers ``start .. start+length-1`` under the levels ``sizes``:
-    ``("ck", a, b, body_sizes)`` for a checkpointed segment (its body: the same for
-    ``b - a`` layers under ``body_sizes``), ``("run", a, b)`` for layers that store their
-    tapes; every piece but the last is checkpointed, the last runs the next level inline."""
+    ``("ck", a, b, body_sizes, option)`` for a checkpointed segment (its body: the same for
+    ``b - a`` layers under ``body_sizes``, below the top level), ``("run", a, b, option)``
+    for layers that store their tapes (option ``option``). At the top level (``top``) a
+    size that divides ``length`` checkpoints every segment (:func:`reshaped`); otherwise
+    every piece but the last is checkpointed, the last runs the next level inline."""
     while sizes and sizes[0] >= length:
         sizes = sizes[1:]
     if not sizes:
-        return [("run", start, start + length)]
+        return [("run", start, start + length, option)]
+    if top and reshaped(length, sizes):
+        size = sizes[0]
+        return [("ck", a, a + size, sizes[1:], option) for a in range(start, start + length, size)]
     parts = pieces(length, sizes[0])
     items: list[tuple] = []
     for part in parts[:-1]:
-        items.append(("ck", start, start + part, sizes[1:]))
+        items.append(("ck", start, start + part, sizes[1:], option))
         start += part
-    return items + skeleton(start, parts[-1], sizes[1:])
+    return items + skeleton(start, parts[-1], sizes[1:], option, top=False)
+
+
+def body_items(item: tuple) -> list[tuple]:
+    """The items a checkpointed segment ``("ck", a, b, body_sizes, option)`` recomputes."""
+    _, a, b, sizes, option = item
+    return skeleton(a, b - a, sizes, option, top=False)
 
 
 def _plan(items: list[tuple]) -> list:
     plan: list = []
-    for kind, a, b, *rest in items:
+    for item in items:
+        kind, a, b = item[:3]
         if kind == "run":
-            plan.extend(Layer(i) for i in range(a, b))
+            plan.extend(Layer(i, item[3]) for i in range(a, b))
         else:
-            plan.append(Checkpoint(a, b, tuple(_plan(skeleton(a, b - a, rest[0])))))
+            plan.append(Checkpoint(a, b, tuple(_plan(body_items(item)))))
     return plan
 
 
 def solver_plan(member: NestedScan, length: int) -> solver.Plan:
     """The ``solver.Plan`` of the unrolled chain of ``length`` layers that ``member``'s
     nested scans run (same checkpoints, same recomputations, same order)."""
-    return tuple(_plan(skeleton(0, length, member.sizes)))
+    return tuple(_plan(skeleton(0, length, member.sizes, member.option)))
 
 
-def family(length: int, max_levels: int) -> Iterator[NestedScan]:
-    """Every member with at most ``max_levels`` levels on a chain of ``length`` layers (the
-    brute-force reference for :func:`choose`; members may give equal plans)."""
-    yield NestedScan()
+def family(length: int, max_levels: int, options: int = 1) -> Iterator[NestedScan]:
+    """Every member with at most ``max_levels`` levels on a chain of ``length`` layers whose
+    layers offer ``options`` options (the brute-force reference for :func:`choose`; members
+    may give equal plans)."""
 
     def extend(sizes: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
         yield sizes
@@ -106,8 +135,11 @@ def family(length: int, max_levels: int) -> Iterator[NestedScan]:
             for k in inner_sizes(sizes[-1]):
                 yield from extend(sizes + (k,))
 
-    if max_levels >= 1:
-        for k1 in range(1, length):
-            yield from map(NestedScan, extend((k1,)))
+    for option in range(options):
+        yield NestedScan((), option)
+        if max_levels >= 1:
+            for k1 in range(1, length):
+                for sizes in extend((k1,)):
+                    yield NestedScan(sizes, option)
 
 

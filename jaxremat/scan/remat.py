@@ -7,14 +7,19 @@ MaxText's ``scan_layers`` and Flax's ``nnx.scan`` run a deep stack so that traci
 compiling do not grow with depth.
 
 The first call for an input signature profiles the layer once (:mod:`jaxremat.sequence.profile`),
-repeats its costs into the homogeneous chain of ``L`` layers (``solver.Chain``), and picks the
-fastest plan that nested scans express and that fits the budget, exactly within that family
-(:mod:`jaxremat.scan.family`: every member is costed by the chain simulator on the
-unrolled chain). It is run as an outer ``lax.scan`` over ``jax.checkpoint`` segments, inner
-scans over each segment's layers, more levels when they pay, remainders as one more
-segment. The gradient's program has a size that does not grow with ``L``
-(:func:`program_size`; tests/test_scan.py). ``f.plan(stacked_params, x)`` shows the plan
-and its gap to Rotor's optimum on the unrolled chain (:class:`ScanPlan`).
+with the ``jax.checkpoint`` policies of its menu (``policies=``, :mod:`jaxremat.sequence.policies`),
+repeats its costs into the homogeneous chain of ``L`` layers (``solver.Chain`` with options), and
+picks the fastest plan that nested scans express and that fits the budget, exactly within that
+family (:mod:`jaxremat.scan.family`: every member is costed by the chain simulator on the
+unrolled chain). When the outer segment length ``k`` divides ``L`` it is run as one
+``lax.scan`` over the parameters reshaped to ``(L / k, k, ...)`` (nothing copied), each
+segment a ``jax.checkpoint`` around an inner scan over its layers, more levels when they pay;
+other lengths leave a remainder segment and split the parameters. The layers that store their
+tapes run under the member's policy (the whole tape, or e.g. ``dots_saveable``): the plain scan
+under a uniform policy, and ``jax.checkpoint`` per layer, are members. The gradient's program
+has a size that does not grow with ``L`` (:func:`program_size`; tests/test_scan.py).
+``f.plan(stacked_params, x)`` shows the plan and its gap to Rotor's optimum on the unrolled
+chain (:class:`ScanPlan`, :mod:`jaxremat.scan.plan`).
 
 The budget bounds what :func:`jaxremat.remat_sequence`'s does (activations, tapes,
 gradients flowing back and transients; not the parameters nor their gradients) and is
@@ -28,7 +33,6 @@ batch``).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from typing import Any, Callable
@@ -39,14 +43,16 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
 import solver
-from solver import Chain, Schedule, format_bytes, format_plan
+from solver import Chain, Schedule
 
-from ..budget import check_budget, resolve_budget
+from ..budget import check_budget, is_share, parse_budget, resolve_budget
 from ..measure.meter import activation_memory
 from ..sequence.plan import check_settings
-from ..sequence.profile import LayerProfile, profile_sequence
-from .family import FamilyInfeasible, choose, member_schedule
-from .members import NestedScan, pieces
+from ..sequence.policies import check_policies
+from ..sequence.profile import profile_sequence
+from .family import FamilyInfeasible, choose, loop_margin, member_schedule
+from .members import NestedScan, pieces, reshaped
+from .plan import ScanPlan, option_policies
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
 
@@ -139,30 +145,51 @@ def _scan_layers(layer: Callable, params: Any, x: Any) -> Any:
     return jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
 
 
-def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: int) -> Any:
-    """Apply ``length`` layers (``params`` stacked on axis 0) under the levels ``sizes``;
-    the same recursion as :func:`jaxremat.scan.family.solver_plan`."""
+def _stored(layer: Callable, policy: Callable | None) -> Callable:
+    """``layer`` as a layer that stores its tape runs it: whole (``policy`` ``None``) or under
+    ``jax.checkpoint`` with ``policy`` (a chain option; no CSE across scan iterations, so
+    ``prevent_cse`` is not needed: jax.checkpoint docs)."""
+    return layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
+
+
+def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: int,
+         policy: Callable | None = None, top: bool = True) -> Any:
+    """Apply ``length`` layers (``params`` stacked on axis 0) under the levels ``sizes``,
+    the layers that store their tapes under ``policy``; the same recursion as
+    :func:`jaxremat.scan.members.skeleton`. A top level whose size divides ``length`` is one
+    scan over the parameters reshaped to ``(length / k, k, ...)``: no copy (a leading-axis
+    reshape is a bitcast), one loop."""
     while sizes and sizes[0] >= length:
         sizes = sizes[1:]
     if not sizes:
-        return _scan_layers(layer, params, x)
+        return _scan_layers(_stored(layer, policy), params, x)
+    if top and reshaped(length, sizes):
+        size = sizes[0]
+        if size == 1:  # jax.checkpoint per layer in one scan: the segment is the layer
+            segment = jax.checkpoint(_stored(layer, policy), prevent_cse=False)
+            return _scan_layers(segment, params, x)
+        count = length // size
+        rows = jax.tree.map(lambda leaf: leaf.reshape((count, size) + leaf.shape[1:]), params)
+        body = functools.partial(_segment, layer, sizes[1:], size, policy)
+        return _scan_layers(jax.checkpoint(body, prevent_cse=False), rows, x)
     parts = pieces(length, sizes[0])
     groups = _runs(parts[:-1])
     chunks = _split(params, [size * len(group) for size, group in groups] + [parts[-1]])
     for (size, group), chunk in zip(groups, chunks):
         count = len(group)
-        body = functools.partial(_segment, layer, sizes[1:], size)
+        body = functools.partial(_segment, layer, sizes[1:], size, policy)
         if count == 1:
             x = jax.checkpoint(body, prevent_cse=True)(chunk, x)
         else:  # no CSE across scan iterations: prevent_cse is not needed (jax.checkpoint docs)
             segment = jax.checkpoint(body, prevent_cse=False)
             rows = jax.tree.map(lambda leaf: leaf.reshape((count, size) + leaf.shape[1:]), chunk)
             x = jax.lax.scan(lambda h, p: (segment(p, h), None), x, rows)[0]
-    return _run(layer, sizes[1:], chunks[-1], x, parts[-1])
+    return _run(layer, sizes[1:], chunks[-1], x, parts[-1], policy, top=False)
 
 
-def _segment(layer: Callable, sizes: tuple[int, ...], length: int, params: Any, x: Any) -> Any:
-    return _run(layer, sizes, params, x, length)
+def _segment(layer: Callable, sizes: tuple[int, ...], length: int, policy: Callable | None,
+             params: Any, x: Any) -> Any:
+    return _run(layer, sizes, params, x, length, policy, top=False)
 
 
 def _runs(parts: list[int]) -> list[tuple[int, list[int]]]:
@@ -176,146 +203,15 @@ def _runs(parts: list[int]) -> list[tuple[int, list[int]]]:
     return groups
 
 
-def loop_margin(chain: Chain) -> float:
-    """Bytes to add to the unrolled chain's peak per ``lax.scan`` level: one layer's input
-    and tape (``x_size + xbar_size``).
-
-    The chain counts a scanned layer as it counts an unrolled one; the program-order meter
-    (:func:`jaxremat.activation_memory`, loops as in :mod:`jaxremat.measure.meter`) counts a loop's
-    stacked outputs from before its body runs, beside the body's own values, and the new
-    carry beside the old one: one iteration's carry and residuals twice. Measured on
-    residual blocks (tests/test_scan.py), the excess over the chain's peak was 0.8 to 1.5
-    times this per level."""
-    return float(chain.x_size[0] + chain.xbar_size[0])
-
-
-def _measured(layer: Callable, params: Any, x: Any, length: int, member: NestedScan) -> int:
+def _measured(layer: Callable, params: Any, x: Any, length: int,
+              policies: tuple[Callable | None, ...], member: NestedScan) -> int:
     """:func:`jaxremat.activation_memory` of ``member``'s program on abstract inputs, the
     sum of the (inexact) output leaves as the loss."""
     def loss(p: Any, h: Any) -> Any:
-        out = _run(layer, member.sizes, p, h, length)
+        out = _run(layer, member.sizes, p, h, length, policies[member.option])
         return sum(jnp.sum(jnp.real(leaf)).astype(jnp.float32) for leaf in jax.tree.leaves(out)
                    if jnp.issubdtype(leaf.dtype, jnp.inexact))
     return activation_memory(loss, params, x)
-
-
-def _format_time(seconds: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
-
-
-@dataclasses.dataclass(frozen=True)
-class ScanPlan:
-    """The nested-scan plan for one input signature, and how it compares.
-
-    Attributes:
-      member: the nested-scan family member applied (:class:`jaxremat.scan.family.NestedScan`).
-      chain: the homogeneous chain (per example under ``jax.vmap``): the layer's profile
-        repeated ``L`` times.
-      schedule: the member's plan on the unrolled chain, costed by ``solver.simulate``.
-      layer: the layer's profile (:class:`jaxremat.sequence.profile.LayerProfile`).
-      budget: bytes, for the whole batch; method, costs: how it was chosen.
-      batch_size: the ``jax.vmap`` batch (1 without vmap).
-      loop_margin: bytes per example added to the chain's peak per ``lax.scan`` level
-        (:func:`loop_margin`).
-      measured_peak: :func:`jaxremat.activation_memory` of the gradient of the plan's
-        program (the sum of the output as the loss), for the whole batch: what the budget
-        was checked against.
-    """
-
-    member: NestedScan
-    chain: Chain
-    schedule: Schedule
-    layer: LayerProfile
-    budget: int
-    method: str
-    costs: str
-    batch_size: int = 1
-    loop_margin: float = 0.0
-    measured_peak: int = 0
-
-    @property
-    def length(self) -> int:
-        """Number of layers ``L``."""
-        return self.chain.length
-
-    @property
-    def predicted_peak(self) -> float:
-        """Predicted peak bytes of the step through the stack (the budget's quantity): the
-        simulated peak of the unrolled chain plus the loop margin of each scan level."""
-        margin = (self.member.levels + 1) * self.loop_margin
-        return (float(self.schedule.peak) + margin) * self.batch_size
-
-    @property
-    def predicted_time(self) -> float:
-        """Predicted forward + backward time, recomputation included (chain time unit)."""
-        return float(self.schedule.time) * self.batch_size
-
-    @property
-    def no_remat(self) -> Schedule:
-        """The plain scan (every tape stored) on the same chain."""
-        return member_schedule(self.chain, NestedScan())
-
-    @functools.cached_property
-    def rotor(self) -> Schedule | None:
-        """Rotor's optimum on the unrolled chain at this budget (``solver.solve``), or
-        ``None`` where it finds none."""
-        try:
-            return solver.solve(self.chain, self.budget / self.batch_size, method="rotor")
-        except solver.InfeasibleBudget:
-            return None
-
-    @property
-    def gap_to_rotor(self) -> float | None:
-        """Predicted time over Rotor's on the unrolled chain, minus one (``0.02``: 2% slower)."""
-        rotor = self.rotor
-        return None if rotor is None else self.schedule.time / rotor.time - 1.0
-
-    def levels(self) -> list[str]:
-        """Per checkpointing level, how the runs of layers are cut (remainder first)."""
-        lines = []
-        runs = [self.length]
-        for depth, size in enumerate(self.member.sizes, start=1):
-            cuts = sorted({tuple(pieces(n, size)) for n in runs if n > size}, reverse=True)
-            if not cuts:
-                continue
-            text = "; ".join(f"{n} = " + " + ".join(map(str, cut)) for n, cut in
-                             ((sum(cut), cut) for cut in cuts))
-            lines.append(f"level {depth}: segments of {size} layers ({text}; all but the last "
-                         f"checkpointed)")
-            runs = sorted({p for cut in cuts for p in cut} | {n for n in runs if n <= size})
-        return lines or ["no checkpoints: one scan storing every tape"]
-
-    def report(self) -> str:
-        """A readable summary: levels, predicted peak and time, gap to Rotor."""
-        no_remat = self.no_remat
-        gap = self.gap_to_rotor
-        lines = [
-            f"jaxremat scan plan: {self.length} layers, method={self.method!r}, "
-            f"costs={self.costs!r}" + (f", vmap batch {self.batch_size}" if self.batch_size > 1
-                                       else ""),
-            f"  budget          {format_bytes(self.budget)} ({self.budget} bytes)",
-            f"  nested scans    {self.member}",
-        ] + [f"    {line}" for line in self.levels()] + [
-            f"  predicted peak  {format_bytes(self.predicted_peak)} "
-            f"({self.predicted_peak / self.budget:.0%} of budget, of which loop margin "
-            f"{format_bytes((self.member.levels + 1) * self.loop_margin * self.batch_size)}; "
-            f"no remat: {format_bytes((no_remat.peak + self.loop_margin) * self.batch_size)})",
-            f"  measured peak   {format_bytes(self.measured_peak)} (activation_memory, "
-            f"program order)",
-            f"  predicted time  {_format_time(self.predicted_time)} "
-            f"({self.schedule.time / max(no_remat.time, 1e-300):.3f}x no remat)",
-            "  Rotor unrolled  " + ("no schedule at this budget" if gap is None else
-                                    f"{self.rotor.time / max(no_remat.time, 1e-300):.3f}x no "
-                                    f"remat; nested scans are {gap:+.1%} slower"),
-            f"  unrolled plan   {format_plan(self.schedule.plan, max_depth=2)[:300]}",
-        ]
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.report()
 
 
 class RematScan:
@@ -327,7 +223,7 @@ class RematScan:
     """
 
     def __init__(self, layer: Callable, budget: int | float | str, *, method: str = "rotor",
-                 costs: str = "static", max_levels: int = 2) -> None:
+                 costs: str = "static", max_levels: int = 2, policies: Any = None) -> None:
         if not callable(layer):
             raise TypeError(f"layer must be a function layer(params, x) -> y, got "
                             f"{type(layer).__name__}.")
@@ -340,6 +236,7 @@ class RematScan:
             raise ValueError(f"max_levels must be an integer >= 0, got {max_levels!r}.")
         self._layer, self._budget = layer, check_budget(budget)
         self._method, self._costs, self._max_levels = method, costs, max_levels
+        self._policies = check_policies(policies) if method == "rotor" else ()
         self._cache: dict[tuple, ScanPlan] = {}
         self.profile_count = 0
 
@@ -349,31 +246,32 @@ class RematScan:
     def __repr__(self) -> str:
         return f"RematScan(budget={self._budget!r}, method={self._method!r}, costs={self._costs!r})"
 
-    def _fit(self, chain: Chain, budget: float, margin: float, measure: Callable[[NestedScan], int]
-             ) -> tuple[NestedScan, Schedule, int]:
+    def _fit(self, chain: Chain, budget: float, measure: Callable[[NestedScan], int],
+             margin: Callable[[NestedScan], float]) -> tuple[NestedScan, Schedule, int]:
         """The member chosen for ``budget`` (bytes per example) whose *measured* memory fits:
         when the meter finds more than the prediction, the excess is taken off the budget and
         the choice made again (a few rounds); then the member of least peak, if it fits.
 
         Raises ``solver.InfeasibleBudget`` naming a budget that works: the larger of the
-        least predicted peak and that member's measured memory."""
+        least predicted peak and that member's measured memory. ``margin(member)``: bytes
+        added to the chain's peak (:func:`jaxremat.scan.family.loop_margin`)."""
         extra = 0.0
         smallest = None
         memo: dict = {}
         for _ in range(6):
             try:
-                member, schedule = self._member(chain, budget - extra, margin, memo)
+                member, schedule = self._member(chain, budget - extra, memo, margin)
             except FamilyInfeasible as error:
                 smallest = (error.member, error.schedule, error.min_budget)
                 break
             measured = measure(member)
             if measured <= budget:
                 return member, schedule, measured
-            predicted = schedule.peak + (member.levels + 1) * margin
+            predicted = schedule.peak + margin(member)
             extra = max(extra + measured - budget, measured - predicted)
         if smallest is None:
             try:
-                self._member(chain, 0.0, margin, memo)
+                self._member(chain, 0.0, memo, margin)
             except FamilyInfeasible as error:
                 smallest = (error.member, error.schedule, error.min_budget)
         member, schedule, least = smallest
@@ -382,18 +280,18 @@ class RematScan:
             return member, schedule, measured
         raise solver.InfeasibleBudget(budget, max(least, measured), f"remat_scan {self._method}")
 
-    def _member(self, chain: Chain, budget: float, margin: float, memo: dict
-                ) -> tuple[NestedScan, Schedule]:
+    def _member(self, chain: Chain, budget: float, memo: dict,
+                margin: Callable[[NestedScan], float]) -> tuple[NestedScan, Schedule]:
         L = chain.length
         fixed = {"none": NestedScan(), "every_layer": NestedScan((1,) if L > 1 else ()),
                  "sqrt": NestedScan((max(1, round(math.sqrt(L))),) if L > 1 else ())}
         if self._method == "rotor":
-            choice = choose(chain, budget, max_levels=self._max_levels, loop_margin=margin,
+            choice = choose(chain, budget, max_levels=self._max_levels, margin=margin,
                             memo=memo)
             return choice.member, choice.schedule
         member = fixed[self._method]
         schedule = member_schedule(chain, member)
-        need = schedule.peak + (member.levels + 1) * margin
+        need = schedule.peak + margin(member)
         if need > budget * (1 + 1e-9):
             raise FamilyInfeasible(budget, need, member, schedule)
         return member, schedule
@@ -410,22 +308,29 @@ class RematScan:
         one = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), abstract_params)
         _check_scannable(self._layer, one, abstract_x)
         profile = profile_sequence([self._layer] * length, [one] * length, abstract_x,
-                                   costs=self._costs, progress=False, input_grad=True)
+                                   costs=self._costs, progress=False, input_grad=True,
+                                   policies=self._policies)
         self.profile_count += 1
         chain = profile.chain
-        margin = loop_margin(chain)
-        measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length)
-        plain = max(measure(NestedScan()), member_schedule(chain, NestedScan()).peak + margin)
-        budget = resolve_budget(self._budget, plain * batch)  # "100%" always fits
+        param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
+        margin = functools.partial(loop_margin, chain, param_bytes=param_bytes / batch)
+        measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
+                                    option_policies(profile.layers[0]))
+        if not is_share(self._budget):  # bytes: no need to measure the plain scan
+            budget = parse_budget(self._budget)
+        else:
+            plain = max(measure(NestedScan()), member_schedule(chain, NestedScan()).peak
+                        + loop_margin(chain, NestedScan()))
+            budget = resolve_budget(self._budget, plain * batch)  # "100%" always fits
         try:
-            member, schedule, measured = self._fit(chain, budget / batch, margin, measure)
+            member, schedule, measured = self._fit(chain, budget / batch, measure, margin)
         except solver.InfeasibleBudget as error:
             raise solver.InfeasibleBudget(
                 budget, math.ceil(error.min_budget * batch), error.method, units="bytes"
             ) from None
         plan = ScanPlan(member=member, chain=chain, schedule=schedule, layer=profile.layers[0],
                         budget=budget, method=self._method, costs=self._costs, batch_size=batch,
-                        loop_margin=margin, measured_peak=measured * batch)
+                        loop_margin=margin(member), measured_peak=measured * batch)
         self._cache[key] = plan
         return plan
 
@@ -445,7 +350,8 @@ class RematScan:
             of its input (use :func:`jaxremat.remat_sequence` then).
         """
         plan = self._plan(stacked_params, x)
-        return _run(self._layer, plan.member.sizes, stacked_params, x, plan.length)
+        return _run(self._layer, plan.member.sizes, stacked_params, x, plan.length,
+                    plan.policy)
 
     def cache_clear(self) -> None:
         """Forget the cached plans."""
@@ -453,7 +359,7 @@ class RematScan:
 
 
 def remat_scan(layer: Callable, budget: int | float | str, *, method: str = "rotor",
-               costs: str = "static", max_levels: int = 2) -> RematScan:
+               costs: str = "static", max_levels: int = 2, policies: Any = None) -> RematScan:
     """``f(stacked_params, x)``: ``layer`` scanned over parameters stacked on axis 0, with
     the fastest nested-scan rematerialization that fits ``budget`` (module docstring).
 
@@ -466,8 +372,15 @@ def remat_scan(layer: Callable, budget: int | float | str, *, method: str = "rot
         :mod:`jaxremat.scan.family`), ``"none"``, ``"every_layer"`` or ``"sqrt"``.
       costs: ``"static"``, ``"flops"`` or ``"measured"`` (:mod:`jaxremat.sequence.profile`).
       max_levels: the most checkpointing levels (nested ``lax.scan`` depth is one more).
+      policies: the ``jax.checkpoint`` policies the scanned layers may run under
+        (:mod:`jaxremat.sequence.policies`; uniform within the scan: one body): ``None`` for
+        the default menu, a sequence of names and callables, or ``()`` for the whole tape
+        only. A member of the family is then, e.g., the plain scan with the layer under
+        ``dots_saveable``, or checkpointed segments whose layers run under it. Only
+        ``method="rotor"`` uses them.
 
     Returns:
       A :class:`RematScan`, usable under ``jax.jit``, ``jax.grad`` and ``jax.vmap``.
     """
-    return RematScan(layer, budget, method=method, costs=costs, max_levels=max_levels)
+    return RematScan(layer, budget, method=method, costs=costs, max_levels=max_levels,
+                     policies=policies)

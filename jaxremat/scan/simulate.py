@@ -9,7 +9,7 @@ same height above the memory they start from, wherever ``a`` is, when those bits
 alike. :func:`simulate_member` runs the simulator op by op and records, for each segment's
 forward (``F_ck``, ``F_none`` ...) and for each segment's recomputation and backward, the
 bits it leaves, its time, its memory change and its peak above its start; a later segment
-of the same shape starting from the same bits (shifted) is replayed from the record (runs of stored layers are cut into runs of powers of two for that). The
+of the same shape starting from the same bits (shifted) is replayed from the record (runs of stored layers, and runs of equal segments, are cut into runs of powers of two for that, a run of ``2m`` segments recorded as two of ``m``). The
 result is exactly ``solver.simulate(chain, solver.plan_to_ops(plan, L))`` (checked on every
 member of the family of small chains in tests/test_scan.py), at a cost of about the
 number of segments plus the stored layers' ops instead of every op.
@@ -24,15 +24,21 @@ import numpy as np
 import solver
 from solver import Chain, OpKind, apply_op, initial_state
 
-from .members import NestedScan, skeleton
+from .members import NestedScan, body_items, skeleton
 
 __all__ = ["is_homogeneous", "simulate_member"]
 
 
 def is_homogeneous(chain: Chain) -> bool:
-    """Whether every per-layer cost and size of ``chain`` is the same (``x_size`` too)."""
-    vectors = (chain.fwd_time, chain.bwd_time, chain.x_size, chain.xbar_size, chain.fwd_tmp,
-               chain.bwd_tmp, chain.fwd_tape_time, chain.output_in_tape)
+    """Whether every per-layer cost and size of ``chain`` is the same (``x_size`` and the
+    options too)."""
+    vectors = [chain.fwd_time, chain.bwd_time, chain.x_size, chain.xbar_size, chain.fwd_tmp,
+               chain.bwd_tmp, chain.fwd_tape_time, chain.output_in_tape]
+    if chain.options is not None:  # (L, K) arrays: every row alike
+        options = chain.options
+        vectors += [options.xbar_size, options.fwd_time, options.fwd_tape_time,
+                    options.bwd_time, options.fwd_tmp, options.bwd_tmp,
+                    options.output_in_tape, options.valid]
     return all(bool(np.all(v == v[0])) for v in vectors)
 
 
@@ -49,24 +55,43 @@ def _chunks(start: int, stop: int) -> list[tuple[int, int]]:
     return chunks
 
 
-def _window(state: solver.MemoryState, a: int, b: int) -> tuple[int, int, int]:
-    """The state's bits that ops on layers ``a .. b-1`` read or write, shifted to 0."""
+def _groups(items: list[tuple]) -> list[list[tuple]]:
+    """``items`` cut into runs: each ``("run", ...)`` item alone, consecutive checkpointed
+    segments of the same length, body and option together."""
+    groups: list[list[tuple]] = []
+    for item in items:
+        shape = (item[0], item[2] - item[1]) + tuple(item[3:])
+        last = groups[-1][0] if groups else None
+        if item[0] == "ck" and last is not None and last[0] == "ck" and \
+                (last[0], last[2] - last[1]) + tuple(last[3:]) == shape:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups
+
+
+def _window(state: solver.MemoryState, a: int, b: int) -> tuple[int, int, int, int]:
+    """The state's bits that ops on layers ``a .. b-1`` read or write, shifted to 0: ``x``,
+    ``tape``, ``g`` and the tapes' options (8 bits per tape)."""
     width = b - a + 1
     mask = (1 << width) - 1
     tape = (state.tape << 1 >> a) & mask  # tape[a-1 .. b-1]
-    return state.x >> a & mask, tape, state.g >> a & mask
+    options = (state.tape_options << 8 >> 8 * a) & ((1 << 8 * width) - 1)
+    return state.x >> a & mask, tape, state.g >> a & mask, options
 
 
-def _replace(state: solver.MemoryState, a: int, b: int, bits: tuple[int, int, int],
+def _replace(state: solver.MemoryState, a: int, b: int, bits: tuple[int, int, int, int],
              memory: float) -> solver.MemoryState:
     width = b - a + 1
     mask = (1 << width) - 1
-    x, tape, g = bits
+    x, tape, g, options = bits
     new_x = state.x & ~(mask << a) | x << a
     new_g = state.g & ~(mask << a) | g << a
     tape_mask = (mask << a) >> 1  # bits a-1 .. b-1
     new_tape = state.tape & ~tape_mask | (tape << a) >> 1
-    return solver.MemoryState(new_x, new_tape, new_g, memory)
+    option_mask = (((1 << 8 * width) - 1) << 8 * a) >> 8  # tapes a-1 .. b-1
+    new_options = state.tape_options & ~option_mask | (options << 8 * a) >> 8
+    return solver.MemoryState(new_x, new_tape, new_g, memory, new_options)
 
 
 class _Simulator:
@@ -75,8 +100,8 @@ class _Simulator:
         self.state = initial_state(chain)
         self.peak, self.time = self.state.memory, 0.0
 
-    def op(self, kind: OpKind, i: int) -> None:
-        self.state, candidate, time = apply_op(self.chain, self.state, (kind, i))
+    def op(self, op: tuple) -> None:
+        self.state, candidate, time = apply_op(self.chain, self.state, op)
         self.peak = max(self.peak, candidate)
         self.time += time
 
@@ -97,33 +122,61 @@ class _Simulator:
         self.time += time
         self.peak = max(self.peak, start.memory + height)
 
-    def _ops(self, kind: OpKind, indices: Any) -> None:
+    def _ops(self, kind: OpKind, indices: Any, option: int = 0) -> None:
         for i in indices:
-            self.op(kind, i)
+            self.op((kind, i, option) if option else (kind, i))
 
     def forward(self, items: list[tuple]) -> None:
-        for kind, a, b, *rest in items:
+        for group in _groups(items):
+            kind, a, b, *rest = group[0]
             if kind == "run":
+                option = rest[0]
                 for c, d in _chunks(a, b):
-                    self.block(("store fwd", d - c), c, d,
-                               lambda c=c, d=d: self._ops(OpKind.F_ALL, range(c, d)))
+                    self.block(("store fwd", d - c, option), c, d,
+                               lambda c=c, d=d: self._ops(OpKind.F_ALL, range(c, d), option))
             else:
-                self.block(("fwd", b - a), a, b, lambda a=a, b=b: self._segment_forward(a, b))
+                for c, d in _chunks(0, len(group)):
+                    self._segments_forward(group[c:d])
+
+    def _segments_forward(self, items: list[tuple]) -> None:
+        """Equal checkpointed segments (a power of two of them), each or in two halves."""
+        a, b = items[0][1], items[-1][2]
+        if len(items) == 1:
+            self.block(("fwd", b - a), a, b, lambda: self._segment_forward(a, b))
+            return
+        half = len(items) // 2
+        self.block(("fwd*", b - a, len(items)), a, b,
+                   lambda: (self._segments_forward(items[:half]),
+                            self._segments_forward(items[half:])))
 
     def _segment_forward(self, a: int, b: int) -> None:
-        self.op(OpKind.F_CK, a)
-        self._ops(OpKind.F_NONE, range(a + 1, b))
+        self.op((OpKind.F_CK, a))
+        for c, d in _chunks(a + 1, b):
+            self.block(("none fwd", d - c), c, d,
+                       lambda c=c, d=d: self._ops(OpKind.F_NONE, range(c, d)))
 
     def backward(self, items: list[tuple]) -> None:
-        for kind, a, b, *rest in reversed(items):
+        for group in reversed(_groups(items)):
+            kind, a, b = group[0][:3]
             if kind == "run":
                 for c, d in reversed(_chunks(a, b)):
                     self.block(("store bwd", d - c), c, d,
                                lambda c=c, d=d: self._ops(OpKind.B, range(d - 1, c - 1, -1)))
             else:
-                body = rest[0]
-                self.block(("bwd", b - a, body), a, b,
-                           lambda a=a, b=b, body=body: self.run(skeleton(a, b - a, body)))
+                for c, d in reversed(_chunks(0, len(group))):
+                    self._segments_backward(group[c:d])
+
+    def _segments_backward(self, items: list[tuple]) -> None:
+        """The backward of equal checkpointed segments, last first, each or in two halves."""
+        a, b = items[0][1], items[-1][2]
+        if len(items) == 1:
+            self.block(("bwd", b - a) + tuple(items[0][3:]), a, b,
+                       lambda: self.run(body_items(items[0])))
+            return
+        half = len(items) // 2
+        self.block(("bwd*", b - a, len(items)) + tuple(items[0][3:]), a, b,
+                   lambda: (self._segments_backward(items[half:]),
+                            self._segments_backward(items[:half])))
 
     def run(self, items: list[tuple]) -> None:
         self.forward(items)
@@ -137,9 +190,9 @@ def simulate_member(chain: Chain, member: NestedScan, memo: dict | None = None
     ``memo`` (a dict kept between calls on the same chain) shares the segments' records
     between members. ``chain`` must be homogeneous (:func:`is_homogeneous`)."""
     simulator = _Simulator(chain, {} if memo is None else memo)
-    items = skeleton(0, chain.length, member.sizes)
+    items = skeleton(0, chain.length, member.sizes, member.option)
     simulator.forward(items)
-    simulator.op(OpKind.LOSS, chain.length)
+    simulator.op((OpKind.LOSS, chain.length))
     simulator.backward(items)
     if not simulator.state.g & 1:
         raise ValueError("The plan never computes g[0].")
