@@ -85,18 +85,23 @@ class PlanningMemo:
         return len(self._entries)
 
 
-_memos: "weakref.WeakKeyDictionary[Any, PlanningMemo]" = weakref.WeakKeyDictionary()
+_memos: dict[int, tuple[weakref.ref, PlanningMemo]] = {}  # by id(fn): no __eq__ is called
 _memos_lock = threading.Lock()
 
 
 def memo_for(fn: Any) -> PlanningMemo:
-    """The memo shared by every :class:`jaxremat.RematGraph` of ``fn`` (held while ``fn``
-    lives; a new, unshared one when ``fn`` cannot be weakly referenced)."""
+    """The memo shared by every :class:`jaxremat.RematGraph` of the function object ``fn``
+    (by identity; held while ``fn`` lives; a new, unshared one when ``fn`` cannot be weakly
+    referenced)."""
+    key = id(fn)
     with _memos_lock:
+        found = _memos.get(key)
+        if found is not None and found[0]() is fn:
+            return found[1]
         try:
-            memo = _memos.get(fn)
-            if memo is None:
-                memo = _memos[fn] = PlanningMemo()
-            return memo
+            ref = weakref.ref(fn, lambda _, key=key: _memos.pop(key, None))
         except TypeError:
             return PlanningMemo()
+        memo = PlanningMemo()
+        _memos[key] = (ref, memo)
+        return memo
