@@ -36,12 +36,14 @@ import jax
 from flax import nnx
 
 from ..budget import check_budget
-from ..graph.remat import GraphPlan, check_graph_settings, remat_graph
+from ..graph.memo import PlanningMemo
+from ..graph.remat import GraphPlan, RematGraph, check_graph_settings
 from .nnx import _remember
 
 __all__ = ["RematModule"]
 
 _graphs: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
+_memos: "collections.OrderedDict[Any, PlanningMemo]" = collections.OrderedDict()
 
 
 def _pure_call(graphdef: nnx.GraphDef, state: Any, args: tuple) -> tuple[Any, Any]:
@@ -52,13 +54,18 @@ def _pure_call(graphdef: nnx.GraphDef, state: Any, args: tuple) -> tuple[Any, An
 
 
 def _graph_for(graphdef: nnx.GraphDef, budget: Any, max_vertices: int, time_limit: float | None):
-    """One :class:`jaxremat.RematGraph` per graph definition and settings (it caches plans)."""
+    """One :class:`jaxremat.RematGraph` per graph definition and settings (it caches plans);
+    those of one graph definition share a :class:`jaxremat.graph.memo.PlanningMemo`, so a
+    new budget reuses the traced graph, the least-memory search and the measurements."""
     key = (graphdef, budget, max_vertices, time_limit)
     graph = _graphs.get(key)
     if graph is None:
-        graph = _remember(_graphs, key, remat_graph(
+        memo = _memos.get(graphdef)
+        if memo is None:
+            memo = _remember(_memos, graphdef, PlanningMemo())
+        graph = _remember(_graphs, key, RematGraph(
             lambda state, args: _pure_call(graphdef, state, args),
-            budget, max_vertices=max_vertices, time_limit=time_limit))
+            budget, max_vertices, time_limit, memo=memo))
     return graph
 
 

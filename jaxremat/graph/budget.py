@@ -53,6 +53,7 @@ def fit_budget(
     *,
     time_limit: float | None,
     steps: int = _STEPS,
+    search: Callable[[float, float | None, float], solver.CheckpointSet] | None = None,
 ) -> tuple[solver.CheckpointSet | None, float]:
     """The checkpoint set of least recompute found whose measured memory fits ``budget``.
 
@@ -66,6 +67,9 @@ def fit_budget(
         evenly among those left (``None``: no limit). A search that runs out returns the
         best set it found, which fits its model budget.
       steps: the most budgeted searches to run.
+      search: ``search(model_budget, time_limit, gap)`` runs a budgeted search
+        (default: :func:`solver.checkpoint_search` on ``graph``; :mod:`jaxremat.graph.memo`
+        passes one that reuses earlier searches).
 
     Returns:
       ``(checkpoints, measured)``; ``checkpoints`` is ``None`` when the plain program fits
@@ -90,7 +94,8 @@ def fit_budget(
         with warnings.catch_warnings():  # a timed-out search still returns a set that fits
             warnings.simplefilter("ignore", RuntimeWarning)
             left = None if deadline is None else max(0.0, deadline - time.monotonic()) / (steps - step)
-            found = solver.checkpoint_search(graph, budget=model_budget, time_limit=left, gap=_GAP)
+            found = (search(model_budget, left, _GAP) if search is not None else
+                     solver.checkpoint_search(graph, budget=model_budget, time_limit=left, gap=_GAP))
         if found.checkpoints not in measured:
             measured[found.checkpoints] = evaluate(found)
         value = measured[found.checkpoints]

@@ -59,6 +59,7 @@ from solver.graph.model import memory_of, strongly_connected
 from ..budget import check_budget, empty_input_hint, format_bytes, resolve_budget
 from ..measure.dataflow import SOURCE, TARGET, TracedGraph, trace_graph
 from .budget import fit_budget
+from .memo import PlanningMemo, SignatureMemo, memo_for
 from ..jax_compat import close_jaxpr
 from ..measure.meter import activation_memory
 from ..trace_state import vmap_batch_size
@@ -310,12 +311,14 @@ class RematGraph:
     """``fn`` run with Feng & Huang's checkpoints. Create it with :func:`remat_graph`."""
 
     def __init__(self, fn: Callable, budget: int | str | None, max_vertices: int,
-                 time_limit: float | None) -> None:
+                 time_limit: float | None, memo: PlanningMemo | None = None) -> None:
         check_graph_settings(max_vertices, time_limit)
         self.fn = fn
         self.budget = None if budget is None else check_budget(budget)
         self.max_vertices = max_vertices
         self.time_limit = time_limit
+        # what every budget of fn shares (jaxremat.graph.memo); max_vertices only refuses
+        self._memo = memo_for(fn) if memo is None else memo
         self._cache: dict[Any, tuple[TracedGraph, GraphPlan]] = {}
 
     def __repr__(self) -> str:
@@ -328,16 +331,18 @@ class RematGraph:
         batched = (vmap_batch_size(params) > 1, vmap_batch_size(x) > 1) if batch > 1 else None
         abstract_params, abstract_x = abstractify(params, "params"), abstractify(x, "x")
         key = (signature(abstract_params), signature(abstract_x), batch, batched)
-        if key not in self._cache:
-            traced = trace_graph(self.fn, abstract_params, abstract_x, max_vertices=self.max_vertices)
-            self._cache[key] = (traced, self._plan(traced, abstract_params, abstract_x, batch,
-                                                   batched))
-        return self._cache[key]
+        with self._memo.lock:
+            if key not in self._cache:
+                memo = self._memo.entry((key, self.max_vertices), lambda: trace_graph(
+                    self.fn, abstract_params, abstract_x, max_vertices=self.max_vertices))
+                self._cache[key] = (memo.traced, self._plan(memo, abstract_params, abstract_x,
+                                                            batch, batched))
+            return self._cache[key]
 
-    def _plan(self, traced: TracedGraph, params: Any, x: Any, batch: int,
+    def _plan(self, memo: SignatureMemo, params: Any, x: Any, batch: int,
               batched: tuple[bool, bool] | None = None) -> GraphPlan:
+        traced, least = memo.traced, memo.least
         graph = traced.graph
-        least = solver.checkpoint_search(graph)
         forward = float(graph.costs.sum())
 
         def plan_of(found: solver.CheckpointSet, save_kept: bool = self.budget is not None,
@@ -360,7 +365,12 @@ class RematGraph:
 
         def measure(plan: GraphPlan) -> int:
             """The whole batch's bytes: under ``vmap`` the vmapped program is measured (its
-            batching rules may add buffers), batched along a leading axis of ``batch``."""
+            batching rules may add buffers), batched along a leading axis of ``batch``. Once
+            per plan (its kept set and whether it saves them) and signature: ``memo``."""
+            key = (plan.checkpoints.checkpoints, plan.checkpointed, plan.saved)
+            return memo.measured(key, lambda: _measure(plan))
+
+        def _measure(plan: GraphPlan) -> int:
             def loss(floats, others, x):
                 parts = (iter(floats), iter(others))
                 p = treedef.unflatten([next(parts[0] if f else parts[1]) for f in inexact])
@@ -380,7 +390,8 @@ class RematGraph:
         budget = resolve_budget(self.budget, plain)
         try:
             found, measured = fit_budget(graph, least, measure(plan_of(least)), plain, budget,
-                                         lambda found: measure(plan_of(found)), time_limit=self.time_limit)
+                                         lambda found: measure(plan_of(found)), time_limit=self.time_limit,
+                                         search=memo.search)
         except solver.InfeasibleBudget as error:
             # Whatever fits without a budget fits with one: the least-memory plan, its kept
             # tensors recomputed with their regions (less memory, more flops).

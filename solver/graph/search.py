@@ -113,8 +113,10 @@ from __future__ import annotations
 
 import heapq
 import math
+import threading
 import time
 import warnings
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -184,8 +186,7 @@ def checkpoint_search(
         if time_limit is not None:
             time_limit = check_real(time_limit, "time_limit",
                                     hint="Pass seconds, or None for no limit.")
-    search = _Search(graph)
-    mem, rc, kept = search.least_memory()
+    search, (mem, rc, kept) = _searched(graph)
     bound = None
     if budget is not None:
         if mem > budget + search.eps:
@@ -194,6 +195,24 @@ def checkpoint_search(
         (mem, rc, kept), bound = search.least_recompute(budget, incumbent=(mem, rc, kept),
                                                         deadline=deadline, gap=gap)
     return search.result(kept, bound)
+
+
+_searches: "weakref.WeakKeyDictionary[Graph, tuple]" = weakref.WeakKeyDictionary()
+_searches_lock = threading.Lock()
+
+
+def _searched(graph: Graph) -> tuple["_Search", tuple[float, float, list[int]]]:
+    """The search state of ``graph`` (its division tree) and its least-memory set, made once
+    per graph object: a :class:`Graph` is immutable, and a caller that searches one graph at
+    several budgets (``jaxremat.remat_graph``'s bisection) reruns neither. Held while the
+    graph lives; thread-safe (one computation per graph)."""
+    with _searches_lock:
+        found = _searches.get(graph)
+        if found is None:
+            search = _Search(graph)
+            found = _searches[graph] = (search, search.least_memory())
+    search, (mem, rc, kept) = found
+    return search, (mem, rc, list(kept))
 
 
 class _Search:

@@ -1,0 +1,112 @@
+"""Planning time (issue 18.4): CPU seconds to make plans, in this checkout or another.
+
+    python benchmarks/planning_time.py                      # this checkout
+    python benchmarks/planning_time.py --root /work/main    # another checkout, same models
+    python benchmarks/planning_time.py --part resnet --budgets 50% 60% 75% 90%
+
+Two parts, each timed with ``time.process_time`` (CPU of this process, all threads), so
+that the numbers mean something on a shared machine:
+
+* ``stack``: ``remat_sequence`` of 12 GPT-2 blocks (``benchmarks/policies.py``'s
+  ``gpt_blocks_model``, width 128, the default policy menu): the first plan, a re-plan at a
+  new batch size, a re-plan at a new budget.
+* ``resnet``: ``jaxremat.flax.RematModule`` on a 6-block ResNet (``examples/resnet_nnx.py``'s
+  blocks, widths 16/32/64, batch 8 of 32x32x3): one plan per budget, in the order given,
+  on one model (later budgets reuse what the earlier ones planned, as in a sweep).
+
+The ResNet's budgeted searches have a time limit (``RematModule``'s ``time_limit``, 30 s of
+wall time for all six): on a loaded machine they may stop early, so plans (and times) can
+differ between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _timed(make):
+    start = time.process_time()
+    result = make()
+    return time.process_time() - start, result
+
+
+def stack_rows(n_layer: int = 12) -> list[tuple[str, float, str]]:
+    from policies import gpt_blocks_model
+    from jaxremat import remat_sequence
+
+    layers, params, x = gpt_blocks_model(n_layer=n_layer, batch=4, seq=64)
+    rows = []
+    seconds, plan = _timed(lambda: remat_sequence(layers, "50%").plan(params, x))
+    rows.append(("first plan (batch 4, 50%)", seconds, f"{len(plan.rows())} layers"))
+    seconds, _ = _timed(lambda: remat_sequence(layers, "50%").plan(params, x[:2]))
+    rows.append(("new batch size (2)", seconds, ""))
+    seconds, _ = _timed(lambda: remat_sequence(layers, "30%").plan(params, x))
+    rows.append(("new budget (30%)", seconds, ""))
+    return rows
+
+
+def resnet_rows(budgets: list[str]) -> list[tuple[str, float, str]]:
+    import jax.numpy as jnp
+    from flax import nnx
+    from resnet_nnx import Head, ResidualBlock, Stem
+    from jaxremat.flax import RematModule
+
+    class ResNet(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs):
+            self.stem = Stem(16, rngs=rngs)
+            blocks, cin = [], 16
+            for stage, cout in enumerate((16, 32, 64)):
+                for block in range(2):
+                    stride = 2 if stage and block == 0 else 1
+                    blocks.append(ResidualBlock(cin, cout, stride, rngs=rngs))
+                    cin = cout
+            self.blocks = nnx.List(blocks)
+            self.head = Head(cin, 10, rngs=rngs)
+
+        def __call__(self, x):
+            x = self.stem(x)
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+
+    net, x = ResNet(nnx.Rngs(0)), jnp.ones((8, 32, 32, 3))
+    rows = []
+    for budget in budgets:
+        try:
+            seconds, plan = _timed(lambda: RematModule(net, budget).plan(x))
+            note = f"recompute +{100 * plan.recompute:.1f}%, measured {plan.measured} B"
+        except ValueError as error:  # InfeasibleBudget
+            seconds, note = float("nan"), f"infeasible: {str(error)[:60]}"
+        rows.append((f"RematModule at {budget}", seconds, note))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default=os.path.join(HERE, ".."),
+                        help="the checkout whose jaxremat and solver are timed")
+    parser.add_argument("--part", choices=("stack", "resnet", "both"), default="both")
+    parser.add_argument("--budgets", nargs="+", default=["50%", "60%", "75%", "90%"])
+    args = parser.parse_args()
+    sys.path[:0] = [os.path.abspath(args.root), HERE,
+                    os.path.join(os.path.abspath(args.root), "examples")]
+    import jaxremat
+
+    print(f"jaxremat from {os.path.dirname(jaxremat.__file__)}")
+    rows = []
+    if args.part in ("stack", "both"):
+        rows += stack_rows()
+    if args.part in ("resnet", "both"):
+        rows += resnet_rows(args.budgets)
+    print("| what | CPU s | note |\n|---|---|---|")
+    for what, seconds, note in rows:
+        print(f"| {what} | {seconds:.2f} | {note} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
