@@ -412,7 +412,10 @@ class RematScan:
         profile = profile_sequence([self._layer] * length, [one] * length, abstract_x,
                                    costs=self._costs, progress=False, input_grad=True)
         self.profile_count += 1
-        chain = profile.chain
+        # A scan carries whole activations between its iterations, and the segment replay
+        # (jaxremat.scan.simulate) tracks no inputs cut by F_all: plan with B(i) reading all
+        # of x[i], as before Chain.x_read_size (conservative).
+        chain = dataclasses.replace(profile.chain, x_read_size=None)
         margin = loop_margin(chain)
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length)
         plain = max(measure(NestedScan()), member_schedule(chain, NestedScan()).peak + margin)

@@ -77,7 +77,11 @@ so it is conservative where JAX frees memory earlier than the model says:
   residual blocks), JAX frees it after layer ``i+1``'s forward; the chain holds it until
   ``B(i+1)`` (the model's ``B`` reads its input).
 * A pass-through leaf of a pytree activation (``(h, skip) -> (h', skip)``) is one buffer in
-  JAX but is counted in both ``x[i]`` and ``x[i+1]``.
+  JAX but is counted in both ``x[i]`` and ``x[i+1]`` (``x_read_size`` frees the copy in
+  ``x[i]`` after ``F_all(i)`` when no backward reads it, not before).
+* Leaves of ``x[i]`` that no backward reads (``x_read_size``) are freed after ``F_all(i)``
+  in the chain as in JAX (tests/test_profile.py); a checkpointed ``x[i]`` is held whole
+  until its segment is recomputed, in both.
 * Not modelled: the loss function's memory beyond the gradient of the sequence's output.
 * Rotor's dynamic program plans with the ``output_in_tape`` flags (exactly as the
   simulator counts them), so memory an unread output would waste is used.

@@ -44,6 +44,20 @@ a plan runs ``F_all(i)`` with ``g[i+1]`` stored, so the DP stays exact for the s
 DP prefer plans whose recomputed segments end on layers with a cheap tape (a residual
 block, whose last matmul JAX skips there) over plans that recompute such layers' outputs.
 
+Inputs read in part (``Chain.x_read_size``, :mod:`solver.chain.simulator`): once
+``F_all(i)`` has run, ``x[i]`` holds ``cfree[i] = x_size[i] - x_read_size[i]`` less, in the
+chain option and in the base case alike (every plan runs ``F_all(i)`` once from a given copy
+of ``x[i]``, and only ``B(i)`` follows). So the chain option's sub-solve gets ``m - cbw[i+1]
++ cfree[i]`` and both ``B(i)`` terms need ``cfree[i]`` less; ``F_all(i)`` itself still holds
+all of ``x[i]``. In the chain option the sub-solve's ``F_all(i+1)`` has also cut the
+``x[i+1]`` held in ``tape[i]`` (when the output is in the tape), so that ``B(i)`` needs
+``ccut[i+1] = cfree[i+1]`` less again; in the base case the tape is rebuilt after ``B(i+1)``
+and holds all of it. Rotor's lower bound ``m∅`` loses ``cfree[i]`` on the layers past ``i``.
+A sub-solve's memory above the table's ``M`` is read at ``M`` (exact when ``M`` reaches the
+unconstrained optimum, as in the brute-force tests; conservative otherwise). With
+``x_read_size = x_size`` nothing changes (tests/test_rotor.py, tests/test_options.py check
+the DP against every plan of small chains with both).
+
 Options (Rockmate's multi-option layers, Zhao et al. ICML 2023; :mod:`solver.chain.options`):
 layer ``i`` may run ``F_all(i)`` with any option ``k`` it offers, each with its own
 ``cbw[i+1, k]``, ``cout``, ``ftmp``, ``btmp``, ``fw``, ``bw`` and ``ft``. Both places where a
