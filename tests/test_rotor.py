@@ -359,3 +359,6 @@ def test_unread_input_is_freed_after_its_forward():
     assert RotorTable(freed, 8, slots=8).schedule(8).plan == store_all
     with pytest.raises(ValueError, match="x_read_size"):
         Chain(fwd_time=[1], bwd_time=[1], x_size=[2, 1], xbar_size=[1], x_read_size=[3])
+    from solver.ilp.chain_adapter import check_tapeless
+    with pytest.raises(ValueError, match=r"read only part of their inputs \(x_read_size\)"):
+        check_tapeless(freed)  # the ILP does not model it: refused, naming the field
