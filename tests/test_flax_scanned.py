@@ -172,26 +172,14 @@ def test_stacks_of_different_lengths_name_the_leaf(x):
         run_scanned(blocks, x, budget="50%", owner="self.blocks")
 
 
-def test_policies_need_remat_scan_support(x):
-    @remat_blocks("blocks", budget="50%", scope="blocks", policies=("dots_saveable",))
-    class Model(Plain):
-        def __call__(self, x):
-            return self.run_blocks(self.embed(x))
-    import inspect
-    if "policies" in inspect.signature(jaxremat.remat_scan).parameters:
-        pytest.skip("remat_scan takes policies: they are passed through")
-    with pytest.raises(NotImplementedError, match="policies"):
-        Model()(x)
-
-
 def test_policies_are_passed_to_remat_scan(x, monkeypatch):
-    """Once remat_scan takes policies=, remat_blocks passes its checked menu through."""
+    """remat_blocks passes its checked policy menu through to remat_scan."""
     import jaxremat.flax.scanned as scanned
     seen = []
 
     def remat_scan(layer, budget, *, method, costs, policies):
         seen.append(policies)
-        return jaxremat.remat_scan(layer, budget, method=method, costs=costs)
+        return jaxremat.remat_scan(layer, budget, method=method, costs=costs, policies=policies)
     monkeypatch.setattr(scanned, "remat_scan", remat_scan)
 
     @remat_blocks("blocks", budget="100%", scope="blocks", policies="dots_saveable")

@@ -49,7 +49,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import inspect
 from typing import Any
 
 import jax
@@ -199,10 +198,6 @@ def _scanned_layer(graphdef: Any, impls: tuple, layer_params: tuple, carry: tupl
     return out, updates
 
 
-def _accepts_policies() -> bool:
-    return "policies" in inspect.signature(remat_scan).parameters
-
-
 def _remember(key: tuple, scan: RematScan) -> RematScan:
     _scans[key] = scan
     _scans.move_to_end(key)
@@ -220,17 +215,10 @@ def _remat_scan(stack: _Stack, budget: Any, method: str, costs: str, policies: A
     key = (stack.graphdef, stack.impls, budget, method, costs, policies)
     scan = _scans.get(key + (inputs,)) or _scans.get(key)
     if scan is None:
-        extra = {}
-        if _accepts_policies():
-            extra["policies"] = policies
-        elif policies not in (None, ()):  # (): the whole tape or nothing, remat_scan's own
-            raise NotImplementedError(
-                "policies= for a scanned stack are passed to jaxremat.remat_scan, which takes "
-                "no policies in this version: leave policies=None for scanned stacks, or give "
-                "the blocks as a list (nnx.List) to choose per-block policies.")
         layer = shared_function(("scanned", stack.graphdef, stack.impls), lambda: functools.partial(
             _scanned_layer, stack.graphdef, stack.impls))  # one profile per block definition
-        scan = _remember(key, remat_scan(layer, budget, method=method, costs=costs, **extra))
+        scan = _remember(key, remat_scan(layer, budget, method=method, costs=costs,
+                                           policies=policies))
     return scan
 
 
