@@ -17,7 +17,11 @@ counted on the gradient's jaxpr, a scan body times its length (benchmarks/scan_d
 ``Lowered.cost_analysis()`` counts a loop body once). CPU figures: XLA's CPU compiler undoes
 remat, so memory is the meter's.
 
-    python benchmarks/nnx_scan.py
+    python benchmarks/nnx_scan.py [--costs flops|static]
+
+``--costs`` is the cost model remat_blocks plans with (default ``flops``: the table ranks plans
+by flops; the ``static`` roofline ranks them by unfused bytes, and on this narrow block prefers
+recomputing a whole layer to ``dots_saveable``).
 """
 
 from __future__ import annotations
@@ -78,10 +82,10 @@ class ScannedGPT(nnx.Module):
         return self.out(self.norm(self.run(h)))
 
 
-def remat_gpt(budget):
+def remat_gpt(budget, costs="flops"):
     """``ScannedGPT`` with ``remat_blocks``: the scan line becomes ``self.run_blocks(h)``."""
 
-    @jaxremat.flax.remat_blocks("blocks", budget=budget)
+    @jaxremat.flax.remat_blocks("blocks", budget=budget, costs=costs)
     class RematGPT(ScannedGPT):
         def run(self, h):
             return self.run_blocks(h)
@@ -104,10 +108,14 @@ def measure(model, tokens) -> tuple[int, float]:
 
 
 def main():
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--costs", default="flops", choices=("flops", "static"))
+    costs = parser.parse_args().costs
     tokens = jax.random.randint(jax.random.key(0), (BATCH, CONTEXT + 1), 0, VOCAB)
     print(f"backend {jax.default_backend()}, JAX {jax.__version__}: GPT with {DEPTH} scanned "
           f"blocks (dim {DIM}, {HEADS} heads, context {CONTEXT}, batch {BATCH}); whole-step "
-          f"memory (activation_memory, program order) and flops (gradient jaxpr)")
+          f"memory (activation_memory, program order) and flops (gradient jaxpr); costs={costs!r}")
     plain_memory, plain_flops = measure(ScannedGPT(), tokens)
     print(f"{'model':<34} {'memory':>10} {'/plain':>7} {'flops':>10} {'/plain':>7}  plan")
     row = lambda name, mem, fl, note="": print(  # noqa: E731
@@ -121,7 +129,7 @@ def main():
         budgets.append((f"= {policy} ({memory})", memory))
     budgets.append(("50%", "50%"))
     for label, budget in budgets:
-        model = remat_gpt(budget)
+        model = remat_gpt(budget, costs)
         try:
             plan = model.plan_blocks(tokens[:, :-1])
         except solver.InfeasibleBudget as error:
