@@ -46,9 +46,8 @@ DOTS = BASE.with_options(LayerOptions.from_columns(
 
 
 @st.composite
-def option_chains(draw, max_layers=4, max_options=3, read=False):
-    """Integer chains (flagged outputs, tape-only forwards) with 1..max_options options
-    (and, with ``read``, inputs that the backwards read in part: ``x_read_size``)."""
+def option_chains(draw, max_layers=4, max_options=3):
+    """Integer chains (flagged outputs, tape-only forwards) with 1..max_options options."""
     L = draw(st.integers(1, max_layers))
     ints = lambda n, hi: draw(st.lists(st.integers(0, hi), min_size=n, max_size=n))  # noqa: E731
     x, fwd = ints(L + 1, 6), ints(L, 5)
@@ -57,7 +56,6 @@ def option_chains(draw, max_layers=4, max_options=3, read=False):
         bwd_time=ints(L, 5), x_size=x, xbar_size=[x[i + 1] + e for i, e in enumerate(ints(L, 4))],
         fwd_tmp=ints(L, 3), bwd_tmp=ints(L, 3),
         output_in_tape=draw(st.lists(st.booleans(), min_size=L, max_size=L)),
-        x_read_size=[draw(st.integers(0, v)) for v in x[:L]] if read else None,
     )
     extra = []
     for i in range(L):
@@ -84,18 +82,6 @@ def test_dp_is_exact_over_every_plan_and_option(chain):
 @given(option_chains(max_layers=5))
 def test_dp_is_exact_over_every_plan_and_option_five_layers(chain):
     check_exact(chain)
-
-
-@settings(max_examples=60, deadline=None)
-@given(option_chains(read=True))
-def test_dp_is_exact_with_options_and_partly_read_inputs(chain):
-    check_exact(chain)
-
-
-@settings(max_examples=30, deadline=None)
-@given(option_chains(max_layers=3, max_options=2, read=True), st.data())
-def test_exhaustive_oracle_with_partly_read_inputs(chain, data):
-    test_exhaustive_oracle_with_options.hypothesis.inner_test(chain, data)
 
 
 @settings(max_examples=60, deadline=None)

@@ -443,34 +443,3 @@ def test_flop_costs_plan_the_least_recomputed_flops():
             loss = lambda p, x: jnp.sum(run(p, x))  # noqa: E731
             measured[name] = jaxpr_costs(jax.value_and_grad(loss), params, x)["flops"]
         assert measured["rotor"] <= measured[method] * 1.01, (method, measured)
-
-
-def _two_stream_block(p, xs):  # no backward reads "skip": only the forward does
-    u = jnp.tanh(xs["h"] @ p)
-    return {"h": xs["h"] + u, "skip": 0.5 * xs["skip"] + u}
-
-
-def test_x_read_size_is_what_the_backwards_read():
-    """``x_read_size[i]``: the leaves of ``x[i]`` that ``B(i)`` or ``B(i-1)`` read (here
-    ``h``, not ``skip``). JAX frees ``skip`` once the forward has used it, and so does the
-    chain after ``F_all(i)``: the plan without remat is then predicted exactly (0.81 of the
-    prediction when the chain held all of ``x[i]`` until ``B(i)``), and no plan measures
-    above its prediction."""
-    ws = [_array(i, (D_OUT, D_OUT), 0.2) for i in range(4)]
-    x = {"h": _array(30, (B, D_OUT)), "skip": jnp.zeros((B, D_OUT))}
-    chain = profile_layers([_two_stream_block] * 4, ws, x)
-    half = B * D_OUT * F32
-    assert chain.x_size.tolist() == [2 * half] * 5
-    assert chain.x_read_size.tolist() == [half] * 4
-    whole = dataclasses.replace(chain, x_read_size=None)
-    for plan in (none_plan(4), every_layer_plan(4), sqrt_plan(4)):
-        predicted = solver.make_schedule(chain, plan).peak
-        measured = activation_memory(
-            lambda ws, x: sum(jnp.sum(v) for v in apply_plan(plan, [_two_stream_block] * 4, ws,
-                                                             x).values()), ws, x)
-        assert measured <= predicted <= solver.make_schedule(whole, plan).peak, plan
-        if plan == none_plan(4):
-            assert measured == predicted < solver.make_schedule(whole, plan).peak
-    dense = profile_layers([_dense] * 2, [{"w": _array(1, (16, 16)), "b": jnp.zeros(16)}] * 2,
-                           _array(2, (B, 16)))
-    assert np.array_equal(dense.x_read_size, dense.x_size[:-1])  # x @ w reads x

@@ -94,11 +94,10 @@ def no_remat_peak(chain: Chain) -> float:
 
 
 @st.composite
-def integer_chains(draw, max_layers=5, flagged=False, read=False):
+def integer_chains(draw, max_layers=5, flagged=False):
     L = draw(st.integers(1, max_layers))
     ints = lambda n, hi: draw(st.lists(st.integers(0, hi), min_size=n, max_size=n))
     x = ints(L + 1, 6)
-    x_read = [draw(st.integers(0, v)) for v in x[:L]] if read else None
     extra = ints(L, 4)
     fwd = ints(L, 5)
     return Chain(
@@ -110,7 +109,6 @@ def integer_chains(draw, max_layers=5, flagged=False, read=False):
         fwd_tmp=ints(L, 3),
         bwd_tmp=ints(L, 3),
         output_in_tape=draw(st.lists(st.booleans(), min_size=L, max_size=L)) if flagged else None,
-        x_read_size=x_read,
     )
 
 
@@ -234,8 +232,8 @@ def test_chain_option_does_not_overcount():
     assert RotorTable(chain, 4, slots=4).schedule(4).plan == (Layer(0),)
 
 
-@pytest.mark.parametrize("flagged, read", [(False, False), (True, False), (True, True)])
-def test_rounded_table_fits_real_budget(flagged, read):
+@pytest.mark.parametrize("flagged", [False, True])
+def test_rounded_table_fits_real_budget(flagged):
     rng = np.random.default_rng(3)
     for _ in range(20):
         L = int(rng.integers(2, 30))
@@ -243,8 +241,7 @@ def test_rounded_table_fits_real_budget(flagged, read):
         flags = rng.random(L) < 0.5 if flagged else None
         chain = Chain(fwd_time=rng.uniform(0, 3, L), bwd_time=rng.uniform(0, 5, L), x_size=x,
                       xbar_size=x[1:] * rng.uniform(1, 3, L), fwd_tmp=rng.uniform(0, 4, L),
-                      bwd_tmp=rng.uniform(0, 4, L), output_in_tape=flags,
-                      x_read_size=x[:L] * rng.uniform(0, 1, L) if read else None)
+                      bwd_tmp=rng.uniform(0, 4, L), output_in_tape=flags)
         low, high = rotor_min_budget(chain), no_remat_peak(chain)
         table = RotorTable(chain, high, slots=int(rng.integers(5, 300)))
         assert not table.exact
@@ -331,34 +328,3 @@ def test_output_outside_the_tape_lowers_the_backward():
     assert rotor_min_budget(kept) == 18 and rotor_min_budget(freed) == 15
     table = RotorTable(freed, 15, slots=15)
     assert table.min_budget == 15 and table.schedule(15).plan == store_all
-
-
-# --- inputs read in part (Chain.x_read_size): exact against every plan ----------------
-
-
-@sweep(300, quick=75)
-@given(integer_chains(max_layers=4, flagged=True, read=True))
-def test_partly_read_inputs_dp_is_exact_over_every_plan(chain):
-    """With ``x_read_size < x_size`` (the part of ``x[i]`` no backward reads freed after
-    ``F_all(i)``), the DP's time at every budget and its minimum budget are still the least
-    simulated time and peak of the plans (every plan of chains up to 4 layers)."""
-    check_exact(chain)
-
-
-def test_unread_input_is_freed_after_its_forward():
-    # x = [6, 1, 1], tapes 1: storing everything peaks at B(0), which holds x0 beside its
-    # new g0 (6 + 6 + g1 1 + tape0 1 = 14); when B(0) reads none of x0 it goes after
-    # F_all(0), and B(0) needs g0 + g1 + tape0 = 8 (F_all(0): x0 + tape0 = 7).
-    kept = Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[6, 1, 1], xbar_size=[1, 1])
-    freed = Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[6, 1, 1], xbar_size=[1, 1],
-                  x_read_size=[0, 1])
-    store_all = (Layer(0), Layer(1))
-    assert make_schedule(kept, store_all).peak == 14
-    assert make_schedule(freed, store_all).peak == 8
-    assert rotor_min_budget(freed) == 8
-    assert RotorTable(freed, 8, slots=8).schedule(8).plan == store_all
-    with pytest.raises(ValueError, match="x_read_size"):
-        Chain(fwd_time=[1], bwd_time=[1], x_size=[2, 1], xbar_size=[1], x_read_size=[3])
-    from solver.ilp.chain_adapter import check_tapeless
-    with pytest.raises(ValueError, match=r"read only part of their inputs \(x_read_size\)"):
-        check_tapeless(freed)  # the ILP does not model it: refused, naming the field

@@ -49,9 +49,6 @@ class TracedLayer:
         residual): ``Chain.output_in_tape[i]``.
       host_bytes: bytes of the counted residuals in host memory (moved there by an offload
         policy): not in ``tape_bytes``, which counts device memory only.
-      input_read, output_read: per leaf of ``x`` / of ``y`` (``jax.tree.leaves`` order),
-        whether the pullback reads it (it is a read residual); empty when unknown (all read).
-        They give ``Chain.x_read_size`` (:mod:`jaxremat.sequence.profile`).
     """
 
     forward: ClosedJaxpr
@@ -64,20 +61,6 @@ class TracedLayer:
     tape_bytes: int
     output_in_tape: bool = True
     host_bytes: int = 0
-    input_read: tuple[bool, ...] = ()
-    output_read: tuple[bool, ...] = ()
-
-
-def _leaves_read(forward: ClosedJaxpr, num_inputs: int, num_outputs: int,
-                 used: Sequence[bool]) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
-    """Per leaf of the input ``x`` (the last ``num_inputs`` invars) and of the output (the
-    first ``num_outputs`` outvars): whether it is a residual the pullback reads."""
-    jaxpr = forward.jaxpr
-    read = {v for v, r in zip(jaxpr.outvars[num_outputs:], used) if r and not isinstance(v, Literal)}
-    inputs = jaxpr.invars[len(jaxpr.invars) - num_inputs:]
-    outputs = jaxpr.outvars[:num_outputs]
-    return (tuple(v in read for v in inputs),
-            tuple(not isinstance(v, Literal) and v in read for v in outputs))
 
 
 def _layer_error(index: int, x: Any, error: Exception) -> Exception:
@@ -250,7 +233,6 @@ def trace_layer(
     used = tuple(inputs_read(backward)[:len(residuals)])
     num_outputs = len(jax.tree.leaves(output))
     tape = _tape_bytes(forward, num_outputs, tree_bytes(output), used)
-    input_read, output_read = _leaves_read(forward, len(jax.tree.leaves(x)), num_outputs, used)
     return TracedLayer(forward, output, tuple(residuals), used, pullback, cotangent, backward,
                        tape, _reads_output(forward, num_outputs, used),
-                       _host_bytes(forward, num_outputs, used), input_read, output_read)
+                       _host_bytes(forward, num_outputs, used))

@@ -33,7 +33,6 @@ batch``).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from typing import Any, Callable
@@ -312,10 +311,7 @@ class RematScan:
                                    costs=self._costs, progress=False, input_grad=True,
                                    policies=self._policies)
         self.profile_count += 1
-        # A scan carries whole activations between its iterations, and the segment replay
-        # (jaxremat.scan.simulate) tracks no inputs cut by F_all: plan with B(i) reading all
-        # of x[i], as before Chain.x_read_size (conservative).
-        chain = dataclasses.replace(profile.chain, x_read_size=None)
+        chain = profile.chain
         param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
         margin = functools.partial(loop_margin, chain, param_bytes=param_bytes / batch)
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,

@@ -15,13 +15,6 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   is a read residual). When it does not, the simulator stores ``x[i+1]`` on its own, frees
   it with the next layer's backward and, recomputing the last layer of a segment, does not
   store it at all, as JAX does (``solver.Chain.output_in_tape``).
-* ``x_read_size[i]``: the bytes of the leaves of ``x[i]`` that some pullback reads:
-  layer ``i``'s (the leaf is a read residual and an input of its ``jax.vjp`` forward), or
-  layer ``i-1``'s (a read residual and an output), under any of their options. The other
-  leaves are read by layer ``i``'s forward only, and JAX frees them once it has run (a
-  pre-norm block's pullback reads the normalised input, not the residual stream; a
-  pass-through leaf is read by nobody); the chain frees them after ``F_all(i)``
-  (``solver.Chain.x_read_size``).
 * ``fwd_tmp[i]`` / ``bwd_tmp[i]``: the transient bytes of the layer's forward (the vjp
   forward, which computes the residuals) and of its backward (the vjp's pullback), measured
   in program order with the meter of :func:`jaxremat.activation_memory`, with the same
@@ -77,11 +70,7 @@ so it is conservative where JAX frees memory earlier than the model says:
   residual blocks), JAX frees it after layer ``i+1``'s forward; the chain holds it until
   ``B(i+1)`` (the model's ``B`` reads its input).
 * A pass-through leaf of a pytree activation (``(h, skip) -> (h', skip)``) is one buffer in
-  JAX but is counted in both ``x[i]`` and ``x[i+1]`` (``x_read_size`` frees the copy in
-  ``x[i]`` after ``F_all(i)`` when no backward reads it, not before).
-* Leaves of ``x[i]`` that no backward reads (``x_read_size``) are freed after ``F_all(i)``
-  in the chain as in JAX (tests/test_profile.py); a checkpointed ``x[i]`` is held whole
-  until its segment is recomputed, in both.
+  JAX but is counted in both ``x[i]`` and ``x[i+1]``.
 * Not modelled: the loss function's memory beyond the gradient of the sequence's output.
 * Rotor's dynamic program plans with the ``output_in_tape`` flags (exactly as the
   simulator counts them), so memory an unread output would waste is used.
@@ -98,8 +87,6 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from typing import Any, Callable, Sequence
-
-import jax
 
 from solver import Chain
 
@@ -234,9 +221,7 @@ def profile_sequence(
         indices = tqdm(indices, desc="profiling layers", total=len(layers), leave=False)
     memo: dict[tuple, tuple[LayerProfile, Any]] = {}  # also layers without weak references
     profiles: list[LayerProfile] = []
-    leaf_bytes: list[list[int]] = []  # per x[i], the bytes of each leaf
     for i in indices:
-        leaf_bytes.append([tree_bytes(leaf) for leaf in jax.tree.leaves(current)])
         needs_input_grad = input_grad or i > 0
         key = _cache_key(layers[i], abstract_params[i], current, needs_input_grad, costs, menu,
                          repeats)
@@ -259,34 +244,8 @@ def profile_sequence(
         bwd_tmp=[p.bwd_tmp for p in profiles],
         output_in_tape=[p.output_in_tape for p in profiles],
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
-        x_read_size=x_read_sizes(profiles, leaf_bytes),
     )
     return Profile(chain=with_options(chain, profiles), layers=tuple(profiles), costs=costs)
-
-
-def _union(flags: Sequence[tuple[bool, ...]], count: int) -> list[bool]:
-    """Leaf-wise "or" of per-leaf flags; an empty tuple (unknown) reads every leaf."""
-    out = [False] * count
-    for f in flags:
-        out = [a or b for a, b in zip(out, f if len(f) == count else (True,) * count)]
-    return out
-
-
-def x_read_sizes(profiles: Sequence[LayerProfile], leaf_bytes: Sequence[Sequence[int]]
-                 ) -> list[int]:
-    """``Chain.x_read_size``: per layer ``i``, the bytes of the leaves of ``x[i]`` that
-    ``B(i)`` reads under any of its options, or that ``B(i-1)`` reads as its output under
-    any of its options (module docstring). The other leaves are read only by layer ``i``'s
-    forward: JAX frees them once it has run."""
-    sizes = []
-    for i, (profile, leaves) in enumerate(zip(profiles, leaf_bytes)):
-        flags = [profile.input_read] + [o.input_read for o in profile.options]
-        if i > 0:
-            before = profiles[i - 1]
-            flags += [before.output_read] + [o.output_read for o in before.options]
-        read = _union(flags, len(leaves))
-        sizes.append(sum(b for b, r in zip(leaves, read) if r))
-    return sizes
 
 
 def profile_layers(

@@ -321,9 +321,7 @@ def revolve_costs(chain: Chain) -> tuple[tuple[int, ...], np.ndarray, np.ndarray
     Times and peaks are those :func:`~solver.chain.simulator.simulate` gives the plans' ops (up to
     floating-point rounding), computed from the plan tree in compiled code: choosing the
     snapshot count needs every candidate's cost, and plans with few snapshots run O(L^2)
-    ops. Cached per chain. With ``Chain.x_read_size < x_size`` the peaks are computed as if
-    every backward read all of its input, an upper bound of the simulated peak; the chosen
-    plan's :class:`Schedule` is costed by the simulator.
+    ops. Cached per chain.
     """
     x, ftmp = chain.x_size, chain.fwd_tmp
     # F_none(k) peaks at x[k] + x[k+1] + ftmp[k] above its base (k >= 1; entry 0 unused).

@@ -88,15 +88,6 @@ class Chain:
         output is dead code unless it is a residual): a residual block's last matmul is
         skipped. Profiled from the forward of ``jax.vjp`` cut down to the residuals the
         pullback reads (:mod:`jaxremat.sequence.profile`).
-      x_read_size: ``L`` sizes (default ``x_size[:L]``): the part of ``x[i]`` that ``B(i)``
-        reads, and that ``B(i-1)`` reads when ``x[i]`` lies in ``tape[i-1]``. The rest,
-        ``x_free[i] = x_size[i] - x_read_size[i]``, is read only by layer ``i``'s forwards,
-        so it is freed once ``F_all(i)`` has run: JAX frees the leaves of an activation that
-        no pullback reads (a residual stream the backward does not need, the input of a
-        layer whose pullback reads only intermediates). The simulator frees it after
-        ``F_all(i)``'s peak, and Rotor's dynamic program credits it to the sub-solve after
-        ``F_all(i)`` and to ``B(i)`` (:mod:`solver.chain.rotor`). The default keeps every
-        existing chain's meaning.
       options: ``None`` (each layer's one "save" mode is its whole tape) or a
         :class:`~solver.chain.options.LayerOptions`: layer ``i`` offers ``K_i`` ways to run
         ``F_all(i)``, option 0 being the fields above (Rockmate's multi-option layers,
@@ -116,7 +107,6 @@ class Chain:
     output_in_tape: np.ndarray | None = None
     fwd_tape_time: np.ndarray | None = None
     options: LayerOptions | None = None
-    x_read_size: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         fwd = float_array(self.fwd_time, "Chain.fwd_time (one entry per layer)")
@@ -135,11 +125,8 @@ class Chain:
             "bwd_tmp": (np.zeros(length) if self.bwd_tmp is None else self.bwd_tmp, length),
             "fwd_tape_time": (self.fwd_time if self.fwd_tape_time is None else self.fwd_tape_time,
                               length),
-            "x_read_size": (self.x_read_size, length),
         }
         for name, (values, n) in fields.items():
-            if values is None:  # x_read_size's default: B(i) reads all of x[i]
-                values = self.x_size[:n]
             object.__setattr__(self, name, _as_vector(name, values, n))
         object.__setattr__(self, "output_in_tape", _as_flags(self.output_in_tape, length))
         with np.errstate(over="ignore"):
@@ -157,14 +144,6 @@ class Chain:
                 f"{self.x_size[i + 1]!r}: a layer's tape includes its output."
             )
 
-        wide = np.flatnonzero(self.x_read_size > self.x_size[:-1])
-        if wide.size:
-            i = int(wide[0])
-            raise ValueError(
-                f"Chain.x_read_size[{i}] = {float(self.x_read_size[i])!r} exceeds x_size[{i}] = "
-                f"{float(self.x_size[i])!r}: B({i}) reads a part of x[{i}]; pass at most x_size "
-                f"(or leave x_read_size out)."
-            )
         dear = np.flatnonzero(self.fwd_tape_time > self.fwd_time)
         if dear.size:
             i = int(dear[0])
@@ -199,12 +178,6 @@ class Chain:
         return self.xbar_size - np.where(self.output_in_tape, 0.0, self.x_size[1:])
 
     @property
-    def x_free(self) -> np.ndarray:
-        """``L`` sizes: the part of ``x[i]`` freed once ``F_all(i)`` has run
-        (``x_size[i] - x_read_size[i]``)."""
-        return self.x_size[:-1] - self.x_read_size
-
-    @property
     def length(self) -> int:
         """Number of layers ``L``."""
         return int(self.fwd_time.shape[0])
@@ -215,7 +188,7 @@ class Chain:
     @property
     def is_integral(self) -> bool:
         """Whether every size is an integer (then the DP can run without rounding)."""
-        sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp, self.x_read_size]
+        sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp]
         if self.options is not None:
             o = self.options
             sizes += [o.xbar_size.ravel(), o.fwd_tmp.ravel(), o.bwd_tmp.ravel()]

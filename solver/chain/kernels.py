@@ -11,15 +11,6 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
 - ``cout[p, k]``: ``cout[i+1, k]`` is the part of ``cbw[i+1, k]`` that ``B(i)`` does not hold:
   the size of ``x[i+1]`` when layer ``i``'s output is outside that option's tape, else 0
   (see :mod:`solver.chain.rotor`),
-- ``cfree[p]`` (``p = 0..L+1``): the part of ``x[p]`` freed once ``F_all(p)`` has run
-  (``Chain.x_free``; 0 for ``p >= L``): the chain option and the base case of ``(i, l)``
-  hold ``x[i]`` less ``cfree[i]`` after ``F_all(i)``, so the sub-solve ``(i+1, l)`` gets
-  ``m - cbw[i+1, k] + cfree[i]`` (capped at ``M``: exact when ``M`` reaches the sub-solve's
-  unconstrained optimum, conservative otherwise) and ``B(i)`` needs ``cfree[i]`` less,
-- ``ccut[p, k]``: ``ccut[i+1, k]`` is the part of ``tape[i]`` (option ``k``) that ``F_all(i+1)``
-  cut from the ``x[i+1]`` inside it (``cfree[i+1]`` when the output is in that tape, else 0):
-  in the chain option ``F_all(i+1)`` has run before ``B(i)``, so ``B(i)`` needs that much
-  less; in the base case it has not (the tape is rebuilt after ``B(i+1)``),
 - ``ftmp``, ``btmp``, ``fw``, ``bw`` (``(L+1, K)``, the loss's row 0): the transients and
   times of ``F_all(i)`` / ``B(i)`` with option ``k``,
 - ``ft`` (``(L+1, K)``): ``fwd_tape_time``, the cost of ``F_all(i)`` in the base case
@@ -125,20 +116,19 @@ def block_size(capacity: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k):
+def base_threshold(cw, cbw, cout, ftmp, btmp, i, k):
     """Memory the base case ``F_all(i)`` (option ``k``), ``B(i)`` needs, ``g[i+1]`` held.
 
     ``max(cw[i+1] + cbw[i+1, k] + ftmp[i, k], cw[i] + cw[i+1] + cbw[i+1, k] + btmp[i, k] -
-    cout[i+1, k] - cfree[i])``: the forward computes the output beside the tape (and may
-    drop it); the backward adds ``g[i]`` beside ``g[i+1]``, the tape and what is left of
-    ``x[i]``.
+    cout[i+1, k])``: the forward computes the output beside the tape (and may drop it); the
+    backward adds ``g[i]`` beside ``g[i+1]``, the tape and ``x[i]``.
     """
     return max(cw[i + 1] + cbw[i + 1, k] + ftmp[i, k],
-               cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cout[i + 1, k] - cfree[i])
+               cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cout[i + 1, k])
 
 
 @njit(cache=True, inline="always")
-def chain_start(cw, cbw, cout, cfree, ccut, ftmp, btmp, peak_rest, i, l, mnull, k):
+def chain_start(cw, cbw, cout, ftmp, btmp, peak_rest, i, l, mnull, k):
     """First feasible ``m`` of the chain option of ``(i, l)``, ``i < l``, with option ``k``.
 
     The chain option runs ``F_all(i)`` while the incoming gradient ``g[l+1]`` is held,
@@ -149,26 +139,23 @@ def chain_start(cw, cbw, cout, cfree, ccut, ftmp, btmp, peak_rest, i, l, mnull, 
     recurrence, which charges ``F_all(i)`` through ``Opt[m][i][i]``, i.e. as if ``g[i+1]``
     were held: ``cw[i+1] + cbw[i+1] + ftmp[i]``. That undercounts when ``cw[l+1] >
     cw[i+1]`` (the schedule can overflow under the simulator) and overcounts when
-    ``cw[l+1] < cw[i+1]`` (valid schedules, even "store everything", are missed). After
-    ``F_all(i)``, ``x[i]`` holds ``cfree[i]`` less (the sub-solve and ``B(i)`` gain it), and
-    the sub-solve's ``F_all(i+1)`` has cut ``ccut[i+1, k]`` from ``tape[i]`` before ``B(i)``.
+    ``cw[l+1] < cw[i+1]`` (valid schedules, even "store everything", are missed).
     """
     return max(
         max(mnull, cw[l + 1] + cbw[i + 1, k] + ftmp[i, k]),
-        max(cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cout[i + 1, k] - ccut[i + 1, k]
-            - cfree[i], cbw[i + 1, k] - cfree[i] + peak_rest),
+        max(cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cout[i + 1, k],
+            cbw[i + 1, k] + peak_rest),
     )
 
 
 @njit(cache=True)
-def fill_bounds(cw, cbw, cout, cfree, ccut, ftmp, btmp, lean_chain, lean_base, M, off, mnull,
-                mmin, sat, fneed):
+def fill_bounds(cw, cbw, cout, ftmp, btmp, lean_chain, lean_base, M, off, mnull, mmin, sat,
+                fneed):
     """Integer part of the DP, for every pair ``(i, l)`` (row ``off[i] + l - i``).
 
     ``mnull[row]``: Rotor's lower bound ``m∅ = cw[l+1] + max(cw[i+1] + ftmp[i],
-    max_{i<k<l} (cw[k] + cw[k+1] + ftmp[k]) - cfree[i])`` (0 on the diagonal), with each
-    layer's least ``ftmp`` over its options: some forward of each layer ``k < l`` computes
-    ``x[k+1]``, that of ``k > i`` perhaps after ``F_all(i)`` cut ``x[i]``.
+    max_{i<k<l} (cw[k] + cw[k+1] + ftmp[k]))`` (0 on the diagonal), with each layer's least
+    ``ftmp`` over its options: some forward of each layer ``k < l`` computes ``x[k+1]``.
     ``mmin[row]``: the first ``m`` at which ``Opt[m][i][l] < inf`` (``M + 1`` if none), i.e.
     the least over the options of their first feasible ``m``. ``sat[row]``: the first ``m``
     from which the chain option stores every tape with lean options (``M + 1`` if none).
@@ -186,14 +173,14 @@ def fill_bounds(cw, cbw, cout, cfree, ccut, ftmp, btmp, lean_chain, lean_base, M
         row = off[i]
         first, saturated = M + 1, M + 1
         for k in range(K):
-            t = base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k)
+            t = base_threshold(cw, cbw, cout, ftmp, btmp, i, k)
             first = min(first, t)
             if lean_base[i, k]:
                 saturated = min(saturated, t)
         mnull[row] = 0
         mmin[row] = first
         sat[row] = saturated
-        mx = cw[i + 1] + ftmin[i]  # max_{i<k<l} (less cfree[i]) maintained as l grows
+        mx = cw[i + 1] + ftmin[i]  # max_{i<k<l} maintained as l grows
         fx = cw[i + 1] + ftmp[i, 0]
         for l in range(i + 1, L + 1):
             fneed[i, l] = fx
@@ -203,12 +190,10 @@ def fill_bounds(cw, cbw, cout, cfree, ccut, ftmp, btmp, lean_chain, lean_base, M
             rest = off[i + 1] + (l - i - 1)
             first, saturated = M + 1, M + 1
             for k in range(K):
-                start = chain_start(cw, cbw, cout, cfree, ccut, ftmp, btmp, mmin[rest], i, l,
-                                    mn, k)
+                start = chain_start(cw, cbw, cout, ftmp, btmp, mmin[rest], i, l, mn, k)
                 first = min(first, start)
                 if lean_chain[i, k]:
-                    saturated = min(saturated,
-                                    max(start, cbw[i + 1, k] - cfree[i] + sat[rest]))
+                    saturated = min(saturated, max(start, cbw[i + 1, k] + sat[rest]))
             for j in range(i + 1, l + 1):
                 s = max(max(mn, cw[l + 1] + fneed[i, j]),
                         max(cw[j] + mmin[off[j] + (l - j)], mmin[off[i] + (j - 1 - i)]))
@@ -217,7 +202,7 @@ def fill_bounds(cw, cbw, cout, cfree, ccut, ftmp, btmp, lean_chain, lean_base, M
             mmin[row] = min(first, M + 1)
             sat[row] = min(saturated, M + 1)
             if l < L:
-                mx = max(mx, cw[l] + cw[l + 1] + ftmin[l] - cfree[i])
+                mx = max(mx, cw[l] + cw[l + 1] + ftmin[l])
                 fx = max(fx, cw[l] + cw[l + 1] + ftmp[l, 0])
 
 
@@ -255,7 +240,7 @@ def _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, j0, j1):
 
 
 @njit(cache=True, inline="always")
-def _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l):
+def _start_cell(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, l):
     """Initialise a row: the base case ``F_all(i), B(i)`` if ``i == l``, else ``inf``.
 
     The base case's forward only builds the tape (``g[i+1]`` is held, nothing else reads
@@ -267,38 +252,32 @@ def _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l):
         opt[row, m] = inf
     if i == l:
         for k in range(cbw.shape[1]):
-            t = base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k)
+            t = base_threshold(cw, cbw, cout, ftmp, btmp, i, k)
             value = np.float32(ft[i, k] + bw[i, k])
             for m in range(t, M + 1):
                 opt[row, m] = _fmin32(value, opt[row, m])
 
 
 @njit(cache=True, inline="always")
-def _chain(opt, cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l):
+def _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l):
     """Chain options of ``(i, l)``, ``i < l``: ``F_all(i)`` (option ``k``), solve ``(i+1, l)``,
     ``B(i)``."""
     row = off[i] + (l - i)
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
-        start = chain_start(cw, cbw, cout, cfree, ccut, ftmp, btmp, mmin[rest], i, l,
-                            mnull[row], k)
+        start = chain_start(cw, cbw, cout, ftmp, btmp, mmin[rest], i, l, mnull[row], k)
         if start <= M:
-            shift = cbw[i + 1, k] - cfree[i]
+            shift = cbw[i + 1, k]
             value = np.float32(fw[i, k] + bw[i, k])
-            top = min(M, M + shift)  # the last m whose sub-solve memory m - shift <= M
-            if start <= top:
-                b = opt[rest, start - shift:top + 1 - shift]
-                out = opt[row, start:top + 1]
-                for m in range(top + 1 - start):
-                    out[m] = _fmin32(value + b[m], out[m])
-            capped = value + opt[rest, M]  # beyond: the sub-solve's memory capped at M
-            for m in range(max(start, top + 1), M + 1):
-                opt[row, m] = _fmin32(capped, opt[row, m])
+            b = opt[rest, start - shift:M + 1 - shift]
+            out = opt[row, start:M + 1]
+            for m in range(M + 1 - start):
+                out[m] = _fmin32(value + b[m], out[m])
 
 
 @njit(cache=True)
-def fill_time_table(cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, ft, cum, M, off, mnull, mmin,
-                    sat, fneed, block, opt):
+def fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, M, off, mnull, mmin, sat, fneed,
+                    block, opt):
     """Fill Rotor's table ``opt[row(i, l), m]`` for every ``0 <= i <= l <= L``, ``m <= M``.
 
     ``opt`` is float32 ``(pairs, M + 1)``; infeasible cells hold ``inf``. Needs the bounds of
@@ -314,17 +293,16 @@ def fill_time_table(cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, ft, cum, M, 
         # Diagonal tile: every split j lies inside the tile; plain dependency order.
         for i in range(i_hi, i_lo - 1, -1):
             for l in range(i, i_hi + 1):
-                _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
+                _start_cell(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, l)
                 if i < l:
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, i + 1, l)
-                    _chain(opt, cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, off, mnull, mmin, M,
-                           i, l)
+                    _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l)
         for lb in range(ib + 1, nb):
             l_lo = lb * block
             l_hi = min(n, l_lo + block) - 1
             for i in range(i_lo, i_hi + 1):
                 for l in range(l_lo, l_hi + 1):
-                    _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
+                    _start_cell(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, l)
             # Splits i_hi < j <= l_lo only read rows of earlier tiles: j outermost, so the
             # operand rows (j, l_lo..l_hi) and (i_lo..i_hi, j-1) are reused from cache.
             for j in range(i_hi + 1, l_lo + 1):
@@ -348,26 +326,24 @@ def fill_time_table(cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, ft, cum, M, 
                 for l in range(l_lo, l_hi + 1):
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, i + 1, i_hi)
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, l_lo + 1, l)
-                    _chain(opt, cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, off, mnull, mmin, M,
-                           i, l)
+                    _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l)
 
 
 @njit(cache=True)
-def decide_base(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, m):
+def decide_base(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, m):
     """The option ``k`` of the base case ``(i, i)`` at ``m``, as ``-k`` (module docstring)."""
     row = off[i]
     if m < 0 or m > M:
         return NO_DECISION
     for k in range(cbw.shape[1]):
-        if m >= base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k):
+        if m >= base_threshold(cw, cbw, cout, ftmp, btmp, i, k):
             if np.float32(ft[i, k] + bw[i, k]) == opt[row, m]:
                 return -k
     return NO_DECISION
 
 
 @njit(cache=True)
-def decide(opt, cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed, M,
-           i, l, m):
+def decide(opt, cw, cbw, cout, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed, M, i, l, m):
     """The decision :func:`fill_time_table` took at ``(i, l, m)``, ``i < l``.
 
     Returns ``-k`` for the chain option with option ``k`` (0 for option 0), ``j > i`` for
@@ -381,9 +357,8 @@ def decide(opt, cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, cum, off, mnull,
     best = opt[row, m]
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
-        if m >= chain_start(cw, cbw, cout, cfree, ccut, ftmp, btmp, mmin[rest], i, l,
-                            mnull[row], k):
-            v = np.float32(fw[i, k] + bw[i, k]) + opt[rest, min(M, m - cbw[i + 1, k] + cfree[i])]
+        if m >= chain_start(cw, cbw, cout, ftmp, btmp, mmin[rest], i, l, mnull[row], k):
+            v = np.float32(fw[i, k] + bw[i, k]) + opt[rest, m - cbw[i + 1, k]]
             if v == best:
                 return -k
     for j in range(i + 1, l + 1):
@@ -396,12 +371,12 @@ def decide(opt, cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, cum, off, mnull,
 
 
 @njit(cache=True)
-def trace_time_plan(opt, cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, ft, cum, off, mnull, mmin,
-                    fneed, M, m0):
+def trace_time_plan(opt, cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, off, mnull, mmin, fneed, M,
+                    m0):
     """Decisions of the optimal plan for ``(0, L)`` at memory ``m0``, in replay order.
 
     Walks the plan depth first without recursion: along a spine ``(i, l, m)`` a chain
-    decision ``-k`` moves to ``(i+1, l, min(M, m - cbw[i+1, k] + cfree[i]))``; a leaf decision ``j`` first
+    decision ``-k`` moves to ``(i+1, l, m - cbw[i+1, k])``; a leaf decision ``j`` first
     solves the body ``(i, j-1, m)`` and then resumes at ``(j, l, m - cw[j])`` (kept on a
     stack). A spine ends at its base case ``(l, l)``, whose option is a decision too
     (none for the loss, ``l == L``). Returns the decisions in the order they are met; a
@@ -422,10 +397,10 @@ def trace_time_plan(opt, cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, ft, cum
         m = stack[top, 2]
         while i <= l:
             if i < l:
-                d = decide(opt, cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, cum, off, mnull,
-                           mmin, fneed, M, i, l, m)
+                d = decide(opt, cw, cbw, cout, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed,
+                           M, i, l, m)
             elif l < L:
-                d = decide_base(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, m)
+                d = decide_base(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, m)
             else:
                 break
             if n_out == out.shape[0]:
@@ -439,7 +414,7 @@ def trace_time_plan(opt, cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, ft, cum
             if i == l:
                 break
             if d <= 0:
-                m = min(M, m - cbw[i + 1, -d] + cfree[i])
+                m -= cbw[i + 1, -d]
                 i += 1
             else:
                 stack[top, 0] = d

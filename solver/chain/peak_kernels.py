@@ -17,7 +17,7 @@ __all__ = ["fill_min_peak"]
 
 
 @njit(cache=True)
-def fill_min_peak(cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, ft, peak, time, choice):
+def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, ft, peak, time, choice):
     """Exact minimum peak ``P[i][l]`` over persistent schedules of ``(i, l)`` (float64).
 
     Base ``(i, i)``: the least over options ``k`` of :func:`~solver.chain.kernels.base_threshold`.
@@ -39,18 +39,17 @@ def fill_min_peak(cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, ft, peak, time
     for i in range(L, -1, -1):
         best, best_time, arg = np.inf, np.inf, 0
         for k in range(K):
-            v = base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k)
+            v = base_threshold(cw, cbw, cout, ftmp, btmp, i, k)
             t = ft[i, k] + bw[i, k]
             if v < best or (v == best and t < best_time):
                 best, best_time, arg = v, t, -k
         peak[i, i], time[i, i], choice[i, i] = best, best_time, arg
-        mx = cw[i + 1] + ftmin[i]  # Rotor's m∅ (kernels.fill_bounds), less cfree[i] past i
+        mx = cw[i + 1] + ftmin[i]
         for l in range(i + 1, L + 1):
             mnull = cw[l + 1] + mx
             best, best_time, arg = np.inf, np.inf, 0
             for k in range(K):
-                v = chain_start(cw, cbw, cout, cfree, ccut, ftmp, btmp, peak[i + 1, l], i, l, mnull,
-                                k)
+                v = chain_start(cw, cbw, cout, ftmp, btmp, peak[i + 1, l], i, l, mnull, k)
                 t = fw[i, k] + bw[i, k] + time[i + 1, l]
                 if v < best or (v == best and t < best_time):
                     best, best_time, arg = v, t, -k
@@ -71,4 +70,4 @@ def fill_min_peak(cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, ft, peak, time
             time[i, l] = best_time
             choice[i, l] = arg
             if l < L:
-                mx = max(mx, cw[l] + cw[l + 1] + ftmin[l] - cfree[i])
+                mx = max(mx, cw[l] + cw[l + 1] + ftmin[l])

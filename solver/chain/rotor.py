@@ -44,20 +44,6 @@ a plan runs ``F_all(i)`` with ``g[i+1]`` stored, so the DP stays exact for the s
 DP prefer plans whose recomputed segments end on layers with a cheap tape (a residual
 block, whose last matmul JAX skips there) over plans that recompute such layers' outputs.
 
-Inputs read in part (``Chain.x_read_size``, :mod:`solver.chain.simulator`): once
-``F_all(i)`` has run, ``x[i]`` holds ``cfree[i] = x_size[i] - x_read_size[i]`` less, in the
-chain option and in the base case alike (every plan runs ``F_all(i)`` once from a given copy
-of ``x[i]``, and only ``B(i)`` follows). So the chain option's sub-solve gets ``m - cbw[i+1]
-+ cfree[i]`` and both ``B(i)`` terms need ``cfree[i]`` less; ``F_all(i)`` itself still holds
-all of ``x[i]``. In the chain option the sub-solve's ``F_all(i+1)`` has also cut the
-``x[i+1]`` held in ``tape[i]`` (when the output is in the tape), so that ``B(i)`` needs
-``ccut[i+1] = cfree[i+1]`` less again; in the base case the tape is rebuilt after ``B(i+1)``
-and holds all of it. Rotor's lower bound ``m∅`` loses ``cfree[i]`` on the layers past ``i``.
-A sub-solve's memory above the table's ``M`` is read at ``M`` (exact when ``M`` reaches the
-unconstrained optimum, as in the brute-force tests; conservative otherwise). With
-``x_read_size = x_size`` nothing changes (tests/test_rotor.py, tests/test_options.py check
-the DP against every plan of small chains with both).
-
 Options (Rockmate's multi-option layers, Zhao et al. ICML 2023; :mod:`solver.chain.options`):
 layer ``i`` may run ``F_all(i)`` with any option ``k`` it offers, each with its own
 ``cbw[i+1, k]``, ``cout``, ``ftmp``, ``btmp``, ``fw``, ``bw`` and ``ft``. Both places where a
@@ -121,8 +107,6 @@ class _Padded:
     cw: np.ndarray  # L + 2
     cbw: np.ndarray  # (L + 2, K)
     cout: np.ndarray  # (L + 2, K): x_size[i+1] where option k's output is outside its tape
-    cfree: np.ndarray  # L + 2: x_free[p] (0 for p >= L), freed of x[p] by F_all(p)
-    ccut: np.ndarray  # (L + 2, K): x_free[i+1] where option k's output is in its tape
     ftmp: np.ndarray  # (L + 1, K)
     btmp: np.ndarray  # (L + 1, K)
     fw: np.ndarray  # (L + 1, K)
@@ -142,8 +126,6 @@ def _padded(chain: Chain) -> _Padded:
         return np.vstack([np.zeros((1, table.width)), padded]) if before else padded
 
     x_out = np.where(table.output_in_tape, 0.0, chain.x_size[1:, None])
-    cfree = np.concatenate([chain.x_free, np.zeros(2)])
-    x_cut = np.where(table.output_in_tape, cfree[1:-1, None], 0.0)
     fw, bw, ft = (rows(getattr(table, f), False, 0.0)
                   for f in ("fwd_time", "bwd_time", "fwd_tape_time"))
     lowest = np.where(valid, bw + np.minimum(fw, ft + fw[:, :1]), np.inf).min(axis=1)
@@ -152,8 +134,6 @@ def _padded(chain: Chain) -> _Padded:
         cw=np.concatenate([chain.x_size, np.zeros(1)]),
         cbw=rows(table.xbar_size, True, np.inf),
         cout=rows(x_out, True, 0.0),
-        cfree=cfree,
-        ccut=rows(x_cut, True, 0.0),
         ftmp=rows(table.fwd_tmp, False, np.inf),
         btmp=rows(table.bwd_tmp, False, np.inf),
         fw=fw,
@@ -238,8 +218,7 @@ def _min_peak(chain: Chain) -> tuple[float, np.ndarray]:
     peak = np.empty((n, n), dtype=np.float64)
     time = np.empty((n, n), dtype=np.float64)
     choice = np.empty((n, n), dtype=np.int64)
-    fill_min_peak(p.cw, p.cbw, p.cout, p.cfree, p.ccut, p.ftmp, p.btmp, p.fw, p.bw, p.ft, peak,
-                  time, choice)
+    fill_min_peak(p.cw, p.cbw, p.cout, p.ftmp, p.btmp, p.fw, p.bw, p.ft, peak, time, choice)
     return float(p.cw[0] + peak[0, chain.length]), choice
 
 
@@ -314,10 +293,6 @@ class RotorTable:
         # B(i) holds tape[i] without x[i+1] when the output is outside the tape: round that
         # tape up on its own (cbw - cout >= its real size), not the difference of roundings.
         cout = cbw - _to_units(p.cbw - p.cout, unit, cap)
-        # Likewise x[i] once cut (cfree: x_read_size rounded up) and tape[i] once F_all(i+1)
-        # cut its x[i+1] (ccut, beyond cout).
-        cfree = cw - _to_units(p.cw - p.cfree, unit, cap)
-        ccut = cbw - cout - _to_units(p.cbw - p.cout - p.ccut, unit, cap)
         # Times in float32, scaled by a power of two (exact) so that the largest op time is
         # in [0.5, 1): no overflow, and integer times stay exact.
         largest = float(max(p.fw.max(), p.bw.max()))
@@ -333,13 +308,12 @@ class RotorTable:
         mmin = np.empty(pairs, dtype=np.int64)
         sat = np.empty(pairs, dtype=np.int64)
         fneed = np.zeros((n, n + 1), dtype=np.int64)
-        kernels.fill_bounds(cw, cbw, cout, cfree, ccut, ftmp, btmp, p.lean_chain, p.lean_base,
-                            capacity, off, mnull, mmin, sat, fneed)
+        kernels.fill_bounds(cw, cbw, cout, ftmp, btmp, p.lean_chain, p.lean_base, capacity, off,
+                            mnull, mmin, sat, fneed)
         opt = np.empty((pairs, capacity + 1), dtype=np.float32)
-        kernels.fill_time_table(cw, cbw, cout, cfree, ccut, ftmp, btmp, fw, bw, ft, cum, capacity,
-                                off, mnull, mmin, sat, fneed, kernels.block_size(capacity), opt)
-        arrays = dict(cw=cw, cbw=cbw, cout=cout, cfree=cfree, ccut=ccut, ftmp=ftmp, btmp=btmp,
-                      fw=fw, bw=bw, ft=ft,
+        kernels.fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, capacity, off, mnull,
+                                mmin, sat, fneed, kernels.block_size(capacity), opt)
+        arrays = dict(cw=cw, cbw=cbw, cout=cout, ftmp=ftmp, btmp=btmp, fw=fw, bw=bw, ft=ft,
                       cum=cum, off=off, mnull=mnull, mmin=mmin, fneed=fneed, opt=opt,
                       scale=scale)
         object.__setattr__(self, "max_budget", budget)
@@ -383,10 +357,10 @@ class RotorTable:
         row = int(a["off"][0] + self.chain.length)
         if m < a["mmin"][row]:
             return None
-        decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["cfree"],
-                                            a["ccut"], a["ftmp"], a["btmp"], a["fw"], a["bw"],
-                                            a["ft"], a["cum"], a["off"], a["mnull"], a["mmin"],
-                                            a["fneed"], self.capacity, m)
+        decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["ftmp"],
+                                            a["btmp"], a["fw"], a["bw"], a["ft"], a["cum"],
+                                            a["off"], a["mnull"], a["mmin"], a["fneed"],
+                                            self.capacity, m)
         if decisions.size and decisions.min() == kernels.NO_DECISION:
             raise RuntimeError("Rotor's table is inconsistent (a decision could not be found).")
         sequence = iter(decisions.tolist())

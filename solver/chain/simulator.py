@@ -32,13 +32,6 @@ holds more than the all-true model at any moment (``F_none(i+1)`` never follows
 ``F_all(i)`` in a plan; tests/test_simulate.py checks every plan of small chains). Rotor's
 dynamic program models the flags exactly (:mod:`solver.chain.rotor`).
 
-Inputs read in part (``Chain.x_read_size[i] < x_size[i]``): after ``F_all(i)``'s peak
-candidate, the copy of ``x[i]`` it read (its own, or the one inside ``tape[i-1]``) is cut
-down by ``x_free[i]``: only ``B(i)`` and ``B(i-1)`` read it now, and they read only
-``x_read_size[i]``. A cut copy still makes ``x[i]`` available to ``B(i)`` (and ``tape[i-1]``
-to ``B(i-1)``) but not to a forward; it is freed at its cut size. In a plan every ``F_all(i)``
-is the last forward of layer ``i`` from that copy, so this is what JAX frees.
-
 Times: every op costs its layer's ``fwd_time`` / ``bwd_time`` (the loss 0), except
 ``F_all(i)`` while ``g[i+1]`` is stored, which costs ``fwd_tape_time[i]``: the backward has
 passed layer ``i+1``, so only ``B(i)`` will read what it computes (``Chain.fwd_tape_time``).
@@ -83,10 +76,6 @@ class MemoryState:
 
     ``tape_options`` holds, in bits ``8 i .. 8 i + 7``, the option ``tape[i]`` was built with
     (0, the whole tape, when the chain has no options), so equal states compare equal.
-    ``x_shrunk`` (bit ``k``: the own ``x[k]``) and ``tape_shrunk`` (bit ``k``: the ``x[k]``
-    inside ``tape[k-1]``) mark copies of ``x[k]`` that ``F_all(k)`` cut down to
-    ``x_read_size[k]`` (``Chain.x_read_size``): still available to ``B(k)`` and ``B(k-1)``,
-    no longer to a forward.
     """
 
     x: int
@@ -94,14 +83,18 @@ class MemoryState:
     g: int
     memory: float
     tape_options: int = 0
-    x_shrunk: int = 0
-    tape_shrunk: int = 0
 
     def option(self, i: int) -> int:
         """The option of ``tape[i]`` (meaningful while it is stored)."""
         return self.tape_options >> (8 * i) & 0xFF
 
-    def _in_tape(self, k: int, output_in_tape: np.ndarray | None) -> bool:
+    def has_x(self, k: int, output_in_tape: np.ndarray | None = None) -> bool:
+        """``x[k]`` available: stored on its own, or inside ``tape[k-1]`` when that tape
+        holds its output. Pass the chain's flags: ``Chain.output_in_tape`` (one per layer) or
+        ``Chain.options.output_in_tape`` (per layer and option, read at the tape's option);
+        default all true."""
+        if self.x >> k & 1:
+            return True
         if k == 0 or not self.tape >> (k - 1) & 1:
             return False
         if output_in_tape is None:
@@ -109,22 +102,6 @@ class MemoryState:
         if getattr(output_in_tape, "ndim", 1) == 2:
             return bool(output_in_tape[k - 1, self.option(k - 1)])
         return bool(output_in_tape[k - 1])
-
-    def has_x(self, k: int, output_in_tape: np.ndarray | None = None) -> bool:
-        """``x[k]`` available to a backward: stored on its own, or inside ``tape[k-1]`` when
-        that tape holds its output. Pass the chain's flags: ``Chain.output_in_tape`` (one per
-        layer) or ``Chain.options.output_in_tape`` (per layer and option, read at the tape's
-        option); default all true."""
-        return bool(self.x >> k & 1) or self._in_tape(k, output_in_tape)
-
-    def full_x(self, k: int, output_in_tape: np.ndarray | None = None) -> str | None:
-        """Where a forward reads all of ``x[k]``: ``"x"`` (own copy), ``"tape"``
-        (inside ``tape[k-1]``), or ``None`` (unavailable, or only cut-down copies)."""
-        if self.x >> k & 1 and not self.x_shrunk >> k & 1:
-            return "x"
-        if self._in_tape(k, output_in_tape) and not self.tape_shrunk >> k & 1:
-            return "tape"
-        return None
 
 
 def initial_state(chain: Chain) -> MemoryState:
@@ -146,22 +123,6 @@ def _flags(chain: Chain) -> np.ndarray:
 
 def _stored_tape(chain: Chain, state: MemoryState, i: int) -> LayerCosts:
     return layer_costs(chain, i, state.option(i))
-
-
-def _x_free(chain: Chain, k: int) -> float:
-    """Bytes ``F_all(k)`` frees of ``x[k]`` (``Chain.x_free``; none of ``x[L]``)."""
-    return float(chain.x_free[k]) if k < chain.length else 0.0
-
-
-def _tape_held(chain: Chain, state: MemoryState, i: int) -> float:
-    """Bytes ``tape[i]`` holds now: its size, less the part of ``x[i+1]`` cut from it."""
-    shrunk = _x_free(chain, i + 1) if state.tape_shrunk >> (i + 1) & 1 else 0.0
-    return _stored_tape(chain, state, i).tape_size - shrunk
-
-
-def _x_held(chain: Chain, state: MemoryState, k: int) -> float:
-    """Bytes the own ``x[k]`` holds now: ``x_size[k]``, less ``x_free[k]`` once cut."""
-    return float(chain.x_size[k]) - (_x_free(chain, k) if state.x_shrunk >> k & 1 else 0.0)
 
 
 def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, float, float]:
@@ -187,14 +148,11 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
     elif not 0 <= i < L:
         raise ValueError(f"Op {op!r}: layer index out of range 0..{L - 1}.")
     x, tape, g, mem, options = state.x, state.tape, state.g, state.memory, state.tape_options
-    xcut, tcut = state.x_shrunk, state.tape_shrunk
     xs, flags = chain.x_size, _flags(chain)
 
     if kind in (OpKind.F_ALL, OpKind.F_CK, OpKind.F_NONE):
-        source = state.full_x(i, flags)
-        if source is None:
-            raise ValueError(f"Op {op!r}: x[{i}] is not available"
-                             + (" in full." if state.has_x(i, flags) else "."))
+        if not state.has_x(i, flags):
+            raise ValueError(f"Op {op!r}: x[{i}] is not available.")
         if kind is OpKind.F_ALL:
             try:
                 k = option_index(chain, i, op[2]) if len(op) == 3 else 0
@@ -216,30 +174,22 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
                     mem += xs[i + 1]
             time = cost.fwd_tape_time if last_use else cost.fwd_time
             options = options & ~(0xFF << 8 * i) | k << 8 * i
-            peak = mem + dropped + cost.fwd_tmp
-            free = _x_free(chain, i)
-            if free > 0:  # only B(i) (and B(i-1)) read x[i] now: its unread part goes
-                mem -= free
-                if source == "x":
-                    xcut |= 1 << i
-                else:
-                    tcut |= 1 << i
-            return MemoryState(x, tape | 1 << i, g, mem, options, xcut, tcut), peak, time
+            return (MemoryState(x, tape | 1 << i, g, mem, options),
+                    mem + dropped + cost.fwd_tmp, time)
         if x >> (i + 1) & 1:
             raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
         mem += xs[i + 1]
         peak = mem + chain.fwd_tmp[i]
         x |= 1 << (i + 1)
         if kind is OpKind.F_NONE:
-            if source == "x":
+            if x >> i & 1:
                 x &= ~(1 << i)
                 mem -= xs[i]
             else:  # x[i] came from tape[i-1]
                 tape &= ~(1 << (i - 1))
-                mem -= _tape_held(chain, state, i - 1)
+                mem -= _stored_tape(chain, state, i - 1).tape_size
                 options &= ~(0xFF << 8 * (i - 1))
-                tcut &= ~(1 << i)
-        return MemoryState(x, tape, g, mem, options, xcut, tcut), peak, chain.fwd_time[i]
+        return MemoryState(x, tape, g, mem, options), peak, chain.fwd_time[i]
 
     if kind is OpKind.LOSS:
         if not state.has_x(L, flags):
@@ -252,7 +202,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
         if x >> L & 1:
             x &= ~(1 << L)
             mem -= xs[L]
-        return MemoryState(x, tape, g, mem, options, xcut, tcut), peak, 0.0
+        return MemoryState(x, tape, g, mem, options), peak, 0.0
 
     # Backward B(i).
     missing = [
@@ -271,14 +221,12 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
     g = (g | 1 << i) & ~(1 << (i + 1))
     mem -= xs[i + 1]
     tape &= ~(1 << i)
-    mem -= _tape_held(chain, state, i)
+    mem -= cost.tape_size
     options &= ~(0xFF << 8 * i)
-    tcut &= ~(1 << (i + 1))
     if x >> i & 1:
         x &= ~(1 << i)
-        mem -= _x_held(chain, state, i)
-        xcut &= ~(1 << i)
-    return MemoryState(x, tape, g, mem, options, xcut, tcut), peak, cost.bwd_time
+        mem -= xs[i]
+    return MemoryState(x, tape, g, mem, options), peak, cost.bwd_time
 
 
 def drop(chain: Chain, state: MemoryState, value: tuple[str, int]) -> MemoryState:
@@ -290,20 +238,11 @@ def drop(chain: Chain, state: MemoryState, value: tuple[str, int]) -> MemoryStat
     mask = getattr(state, name)
     if not mask >> k & 1:
         raise ValueError(f"Cannot drop {name}[{k}]: it is not stored.")
-    xcut, tcut = state.x_shrunk, state.tape_shrunk
-    if name == "tape":
-        size = _tape_held(chain, state, k)
-        tcut &= ~(1 << (k + 1))
-    elif name == "x":
-        size = _x_held(chain, state, k)
-        xcut &= ~(1 << k)
-    else:
-        size = chain.x_size[k]
+    size = _stored_tape(chain, state, k).tape_size if name == "tape" else chain.x_size[k]
     fields = {"x": state.x, "tape": state.tape, "g": state.g}
     fields[name] = mask & ~(1 << k)
     options = state.tape_options & ~(0xFF << 8 * k) if name == "tape" else state.tape_options
-    return MemoryState(memory=state.memory - size, tape_options=options, x_shrunk=xcut,
-                       tape_shrunk=tcut, **fields)
+    return MemoryState(memory=state.memory - size, tape_options=options, **fields)
 
 
 def memory_trace(chain: Chain, ops: Iterable[Op]) -> list[tuple[Op, float, float]]:

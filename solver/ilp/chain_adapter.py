@@ -95,8 +95,6 @@ def check_tapeless(chain: Chain) -> None:
         reasons.append("backwards that do not read their outputs (output_in_tape false)")
     if (chain.fwd_tape_time != chain.fwd_time).any():
         reasons.append("tape-only forwards cheaper than the forwards (fwd_tape_time)")
-    if (chain.x_read_size != chain.x_size[:-1]).any():
-        reasons.append("backwards that read only part of their inputs (x_read_size)")
     if reasons:
         raise ValueError(
             f"method='ilp' needs a tapeless chain, but this one has {' and '.join(reasons)}: "
