@@ -2,6 +2,7 @@
 the simulator, Rotor's DP against every persistent plan and option of small chains, the
 exhaustive oracle, the baselines, the ILP adapter and bad input."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -46,7 +47,7 @@ DOTS = BASE.with_options(LayerOptions.from_columns(
 
 
 @st.composite
-def option_chains(draw, max_layers=4, max_options=3):
+def option_chains(draw, max_layers=4, max_options=3, read=False):
     """Integer chains (flagged outputs, tape-only forwards) with 1..max_options options."""
     L = draw(st.integers(1, max_layers))
     ints = lambda n, hi: draw(st.lists(st.integers(0, hi), min_size=n, max_size=n))  # noqa: E731
@@ -68,12 +69,23 @@ def option_chains(draw, max_layers=4, max_options=3):
                             fwd_tmp=draw(st.integers(0, 3)), bwd_tmp=draw(st.integers(0, 3)),
                             output_in_tape=draw(st.booleans())))
         extra.append(row)
-    return chain.with_options(LayerOptions.from_columns(chain, extra))
+    chain = chain.with_options(LayerOptions.from_columns(chain, extra))
+    if read:  # B(i) reads a part of x[i]; F_all(i) frees the rest, at most the least tape
+        least = np.where(chain.options.valid, chain.options.xbar_size, np.inf).min(axis=1)
+        chain = dataclasses.replace(chain, x_read_size=[
+            draw(st.integers(max(0, x[i] - int(least[i])), x[i])) for i in range(L)])
+    return chain
 
 
 @settings(max_examples=120, deadline=None)
 @given(option_chains())
 def test_dp_is_exact_over_every_plan_and_option(chain):
+    check_exact(chain)
+
+
+@settings(max_examples=60, deadline=None)
+@given(option_chains(read=True))
+def test_dp_is_exact_with_inputs_read_in_part(chain):
     check_exact(chain)
 
 
@@ -85,7 +97,7 @@ def test_dp_is_exact_over_every_plan_and_option_five_layers(chain):
 
 
 @settings(max_examples=60, deadline=None)
-@given(option_chains(max_layers=3, max_options=2), st.data())
+@given(option_chains(max_layers=3, max_options=2, read=True), st.data())
 def test_exhaustive_oracle_with_options(chain, data):
     """A* with options equals a plain Dijkstra over every op, option and drop, and is never
     slower than the best persistent plan (Rotor's DP)."""

@@ -88,6 +88,13 @@ class Chain:
         output is dead code unless it is a residual): a residual block's last matmul is
         skipped. Profiled from the forward of ``jax.vjp`` cut down to the residuals the
         pullback reads (:mod:`jaxremat.sequence.profile`).
+      x_read_size: ``L`` sizes (default ``x_size[:L]``): the bytes of ``x[i]`` that ``B(i)``
+        (or ``B(i-1)``, which may read ``x[i]`` as its output) reads. ``F_all(i)`` frees the
+        rest of ``x[i]``, ``x_free[i] = x_size[i] - x_read_size[i]``, once it has run: nothing
+        else reads those leaves before ``B(i)``, and JAX frees a pytree leaf no pullback
+        reads (the ``skip`` leaf of a pre-norm stack, the input of a layer whose backward
+        reads only its normalised input). ``x_free[i]`` may not exceed ``xbar_size[i]`` (nor
+        any option's tape). :mod:`solver.chain.simulator` and Rotor's dynamic program apply it.
       options: ``None`` (each layer's one "save" mode is its whole tape) or a
         :class:`~solver.chain.options.LayerOptions`: layer ``i`` offers ``K_i`` ways to run
         ``F_all(i)``, option 0 being the fields above (Rockmate's multi-option layers,
@@ -107,6 +114,7 @@ class Chain:
     output_in_tape: np.ndarray | None = None
     fwd_tape_time: np.ndarray | None = None
     options: LayerOptions | None = None
+    x_read_size: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         fwd = float_array(self.fwd_time, "Chain.fwd_time (one entry per layer)")
@@ -125,6 +133,8 @@ class Chain:
             "bwd_tmp": (np.zeros(length) if self.bwd_tmp is None else self.bwd_tmp, length),
             "fwd_tape_time": (self.fwd_time if self.fwd_tape_time is None else self.fwd_tape_time,
                               length),
+            "x_read_size": (np.asarray(self.x_size, dtype=np.float64)[:length]
+                            if self.x_read_size is None else self.x_read_size, length),
         }
         for name, (values, n) in fields.items():
             object.__setattr__(self, name, _as_vector(name, values, n))
@@ -144,6 +154,14 @@ class Chain:
                 f"{self.x_size[i + 1]!r}: a layer's tape includes its output."
             )
 
+        over = np.flatnonzero(self.x_read_size > self.x_size[:-1])
+        if over.size:
+            i = int(over[0])
+            raise ValueError(
+                f"Chain.x_read_size[{i}] = {float(self.x_read_size[i])!r} exceeds x_size[{i}] = "
+                f"{float(self.x_size[i])!r}: B({i}) reads a part of x[{i}]; pass at most "
+                f"x_size[{i}]."
+            )
         dear = np.flatnonzero(self.fwd_tape_time > self.fwd_time)
         if dear.size:
             i = int(dear[0])
@@ -159,6 +177,22 @@ class Chain:
                     f"{type(self.options).__name__}."
                 )
             self.options.check_chain(self)
+        tapes = self.xbar_size if self.options is None else np.where(
+            self.options.valid, self.options.xbar_size, np.inf).min(axis=1)
+        wide = np.flatnonzero(self.x_free > tapes)
+        if wide.size:
+            i = int(wide[0])
+            raise ValueError(
+                f"Chain.x_read_size[{i}] = {float(self.x_read_size[i])!r} leaves "
+                f"{float(self.x_free[i])!r} of x[{i}] to free, more than layer {i}'s least tape "
+                f"({float(tapes[i])!r}): raise x_read_size[{i}] to at least x_size[{i}] - "
+                f"{float(tapes[i])!r}."
+            )
+
+    @property
+    def x_free(self) -> np.ndarray:
+        """Bytes of ``x[i]`` that ``F_all(i)`` frees: ``x_size[i] - x_read_size[i]``."""
+        return self.x_size[:-1] - self.x_read_size
 
     def with_options(self, options: LayerOptions | None) -> "Chain":
         """This chain with per-layer options (``None``: none), checked against its fields."""
@@ -188,7 +222,7 @@ class Chain:
     @property
     def is_integral(self) -> bool:
         """Whether every size is an integer (then the DP can run without rounding)."""
-        sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp]
+        sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp, self.x_read_size]
         if self.options is not None:
             o = self.options
             sizes += [o.xbar_size.ravel(), o.fwd_tmp.ravel(), o.bwd_tmp.ravel()]

@@ -17,7 +17,7 @@ __all__ = ["fill_min_peak"]
 
 
 @njit(cache=True)
-def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, ft, peak, time, choice):
+def fill_min_peak(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, peak, time, choice):
     """Exact minimum peak ``P[i][l]`` over persistent schedules of ``(i, l)`` (float64).
 
     Base ``(i, i)``: the least over options ``k`` of :func:`~solver.chain.kernels.base_threshold`.
@@ -39,7 +39,7 @@ def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, ft, peak, time, choice):
     for i in range(L, -1, -1):
         best, best_time, arg = np.inf, np.inf, 0
         for k in range(K):
-            v = base_threshold(cw, cbw, cout, ftmp, btmp, i, k)
+            v = base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k)
             t = ft[i, k] + bw[i, k]
             if v < best or (v == best and t < best_time):
                 best, best_time, arg = v, t, -k
@@ -49,7 +49,7 @@ def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, ft, peak, time, choice):
             mnull = cw[l + 1] + mx
             best, best_time, arg = np.inf, np.inf, 0
             for k in range(K):
-                v = chain_start(cw, cbw, cout, ftmp, btmp, peak[i + 1, l], i, l, mnull, k)
+                v = chain_start(cw, cbw, cgone, cfree, ftmp, btmp, peak[i + 1, l], i, l, mnull, k)
                 t = fw[i, k] + bw[i, k] + time[i + 1, l]
                 if v < best or (v == best and t < best_time):
                     best, best_time, arg = v, t, -k
