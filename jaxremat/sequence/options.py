@@ -70,6 +70,7 @@ def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyO
         bwd_time=max(found["bwd_time"], _backward_floor(base, found["bwd_flops"], costs)),
         fwd_tape_flops=min(found["fwd_tape_flops"], base.fwd_flops),
         bwd_flops=max(found["bwd_flops"], base.bwd_flops), output_in_tape=found["output_in_tape"],
+        input_read=found["input_read"], output_read=found["output_read"],
     )
     if traced.host_bytes:
         fwd, tape, bwd, transfer = offload.offload_times(

@@ -88,12 +88,15 @@ import dataclasses
 import weakref
 from typing import Any, Callable, Sequence
 
+import jax
+import numpy as np
+
 from solver import Chain
 
 from ..lru import LRU
 from ..measure.offload import offload_key
 from ..measure.trace import trace_layer
-from ..trees import abstractify, check_layers, check_params, signature, tree_bytes
+from ..trees import abstractify, check_layers, check_params, leaf_bytes, signature, tree_bytes
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
                     layer_costs, roofline_time)
 from .options import layer_options, with_options
@@ -221,7 +224,9 @@ def profile_sequence(
         indices = tqdm(indices, desc="profiling layers", total=len(layers), leave=False)
     memo: dict[tuple, tuple[LayerProfile, Any]] = {}  # also layers without weak references
     profiles: list[LayerProfile] = []
+    sizes: list[list[int]] = []  # bytes of each leaf of x[i]
     for i in indices:
+        sizes.append([leaf_bytes(leaf) for leaf in jax.tree.leaves(current)])
         needs_input_grad = input_grad or i > 0
         key = _cache_key(layers[i], abstract_params[i], current, needs_input_grad, costs, menu,
                          repeats)
@@ -245,7 +250,40 @@ def profile_sequence(
         output_in_tape=[p.output_in_tape for p in profiles],
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
     )
-    return Profile(chain=with_options(chain, profiles), layers=tuple(profiles), costs=costs)
+    chain = with_options(chain, profiles)
+    chain = dataclasses.replace(chain, x_read_size=_read_sizes(chain, profiles, sizes))
+    return Profile(chain=chain, layers=tuple(profiles), costs=costs)
+
+
+def _leaves_read(flags: Sequence[tuple[bool, ...]], count: int) -> list[bool]:
+    """Leaf-wise union of the flags of a layer and its options (``()``: all read)."""
+    read = [False] * count
+    for found in flags:
+        if len(found) != count:  # not measured (a profile built by hand): all read
+            return [True] * count
+        read = [a or b for a, b in zip(read, found)]
+    return read
+
+
+def _read_sizes(chain: Chain, profiles: Sequence[LayerProfile],
+                sizes: Sequence[Sequence[int]]) -> list[float]:
+    """``Chain.x_read_size``: the bytes of the leaves of ``x[i]`` that ``B(i)`` or ``B(i-1)``
+    reads, under any of their options; at least ``x_size[i]`` less the layer's least tape
+    (what ``F_all(i)`` may free, :class:`solver.Chain`)."""
+    tapes = np.where(chain.options.valid, chain.options.xbar_size, np.inf).min(axis=1) \
+        if chain.options is not None else chain.xbar_size
+    result = []
+    for i, (profile, leaves) in enumerate(zip(profiles, sizes)):
+        flags = [profile.input_read] + [o.input_read for o in profile.options]
+        read = _leaves_read(flags, len(leaves))
+        if i > 0:
+            before = profiles[i - 1]
+            out = _leaves_read([before.output_read] + [o.output_read for o in before.options],
+                               len(leaves))
+            read = [a or b for a, b in zip(read, out)]
+        found = float(sum(n for n, r in zip(leaves, read) if r))
+        result.append(max(found, float(chain.x_size[i]) - float(tapes[i])))
+    return result
 
 
 def profile_layers(
