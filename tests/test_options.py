@@ -69,12 +69,30 @@ def option_chains(draw, max_layers=4, max_options=3, read=False):
                             fwd_tmp=draw(st.integers(0, 3)), bwd_tmp=draw(st.integers(0, 3)),
                             output_in_tape=draw(st.booleans())))
         extra.append(row)
-    chain = chain.with_options(LayerOptions.from_columns(chain, extra))
-    if read:  # B(i) reads a part of x[i]; F_all(i) frees the rest, at most the least tape
-        least = np.where(chain.options.valid, chain.options.xbar_size, np.inf).min(axis=1)
-        chain = dataclasses.replace(chain, x_read_size=[
-            draw(st.integers(max(0, x[i] - int(least[i])), x[i])) for i in range(L)])
-    return chain
+    if read:  # B(i) reads a part of x[i] under each option; F_all(i) frees the rest
+        chain = _read_in_part(draw, chain, extra)
+    return chain.with_options(LayerOptions.from_columns(chain, extra))
+
+
+def _read_in_part(draw, chain, extra):
+    """Draw ``x_read_size`` per layer and option (into ``extra``; the chain's own returned):
+    at least ``x[i]`` less the option's tape, one value per layer where the layer before
+    has an option whose output is in its tape (what ``Chain`` requires)."""
+    x, L = chain.x_size.astype(int), chain.length
+    own = []
+    for i in range(L):
+        tapes = [int(chain.xbar_size[i])] + [int(o["xbar_size"]) for o in extra[i]]
+        shared = i > 0 and (chain.output_in_tape[i - 1] or any(
+            o.get("output_in_tape", chain.output_in_tape[i - 1]) for o in extra[i - 1]))
+        if shared:
+            value = draw(st.integers(max(0, x[i] - min(tapes)), x[i]))
+            reads = [value] * len(tapes)
+        else:
+            reads = [draw(st.integers(max(0, x[i] - t), x[i])) for t in tapes]
+        own.append(reads[0])
+        for option, r in zip(extra[i], reads[1:]):
+            option["x_read_size"] = r
+    return dataclasses.replace(chain, x_read_size=own)
 
 
 @settings(max_examples=120, deadline=None)
@@ -313,3 +331,24 @@ def test_ilp_refuses_options_and_names_rotor():
         solve(rich, 10, method="ilp")
     assert solve(chain.with_options(LayerOptions.of_chain(chain)), 10, method="ilp").time == \
         solve(chain, 10, method="ilp").time
+
+
+def test_x_read_size_per_option():
+    """An option that recomputes from its input reads all of it; the whole tape frees x[0]
+    after its forward. Where the layer before reads its output, the options must agree."""
+    chain = dataclasses.replace(BASE, x_read_size=[0, 3])
+    both = chain.with_options(LayerOptions.from_columns(
+        chain, [[dict(xbar_size=4, bwd_time=4, x_read_size=2)], []]))
+    assert both.option_x_free.tolist() == [[2.0, 0.0], [0.0, 0.0]]
+    # storing everything: F_all(0) peaks at 2 + 8, then frees x0 (2); B(1) peaks at
+    # 8 (tape0) + 2 (tape1) + 1 (g2) + 3 (g1) = 14, where the whole x0 gives 16
+    assert make_schedule(both, (Layer(0), Layer(1))).peak == 14
+    assert make_schedule(chain.with_options(None), (Layer(0), Layer(1))).peak == 14
+    assert make_schedule(BASE, (Layer(0), Layer(1))).peak == 16
+    # option 1 keeps x0 whole: 2 + 4 + 2 + 1 + 3
+    assert make_schedule(both, (Layer(0, 1), Layer(1))).peak == 12
+    check_exact(both)
+    with pytest.raises(ValueError, match="one x_read_size"):
+        c = dataclasses.replace(BASE, x_read_size=[2, 3])
+        c.with_options(LayerOptions.from_columns(c, [[], [dict(xbar_size=2, bwd_time=1,
+                                                               x_read_size=1)]]))

@@ -369,7 +369,7 @@ def test_x_read_size_is_checked():
     assert Chain(**kw, x_read_size=[4, 1]).x_free.tolist() == [2.0, 1.0]
     with pytest.raises(ValueError, match="exceeds x_size"):
         Chain(**kw, x_read_size=[7, 2])
-    with pytest.raises(ValueError, match="least tape"):
+    with pytest.raises(ValueError, match="layer 0.s tape"):
         Chain(**kw, x_read_size=[3, 2])  # would free 3 of x0 beside a tape of 2
     with pytest.raises(ValueError, match="x_read_size"):
         Chain(**kw, x_read_size=[1])

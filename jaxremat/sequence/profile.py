@@ -89,7 +89,6 @@ import weakref
 from typing import Any, Callable, Sequence
 
 import jax
-import numpy as np
 
 from solver import Chain
 
@@ -250,39 +249,53 @@ def profile_sequence(
         output_in_tape=[p.output_in_tape for p in profiles],
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
     )
-    chain = with_options(chain, profiles)
-    chain = dataclasses.replace(chain, x_read_size=_read_sizes(chain, profiles, sizes))
+    reads = _read_sizes(profiles, sizes)
+    chain = dataclasses.replace(chain, x_read_size=[r[0] for r in reads])
+    chain = with_options(chain, profiles, reads)
     return Profile(chain=chain, layers=tuple(profiles), costs=costs)
 
 
 def _leaves_read(flags: Sequence[tuple[bool, ...]], count: int) -> list[bool]:
-    """Leaf-wise union of the flags of a layer and its options (``()``: all read)."""
+    """Leaf-wise union of flags (``()``: not measured, all read)."""
     read = [False] * count
     for found in flags:
-        if len(found) != count:  # not measured (a profile built by hand): all read
+        if len(found) != count:
             return [True] * count
         read = [a or b for a, b in zip(read, found)]
     return read
 
 
-def _read_sizes(chain: Chain, profiles: Sequence[LayerProfile],
-                sizes: Sequence[Sequence[int]]) -> list[float]:
-    """``Chain.x_read_size``: the bytes of the leaves of ``x[i]`` that ``B(i)`` or ``B(i-1)``
-    reads, under any of their options; at least ``x_size[i]`` less the layer's least tape
-    (what ``F_all(i)`` may free, :class:`solver.Chain`)."""
-    tapes = np.where(chain.options.valid, chain.options.xbar_size, np.inf).min(axis=1) \
-        if chain.options is not None else chain.xbar_size
+def _read_sizes(profiles: Sequence[LayerProfile],
+                sizes: Sequence[Sequence[int]]) -> list[list[float]]:
+    """``x_read_size`` per layer and option (option 0 first): the bytes of the leaves of
+    ``x[i]`` that ``B(i)`` under the option, or ``B(i-1)`` under any of its options, reads;
+    at least ``x_size[i]`` less the option's tape (what ``F_all(i)`` may free). One value
+    (the options' union) where some option of layer ``i-1`` reads its output: ``x[i]`` may
+    then sit in that layer's tape, and :class:`solver.Chain` asks it."""
     result = []
     for i, (profile, leaves) in enumerate(zip(profiles, sizes)):
-        flags = [profile.input_read] + [o.input_read for o in profile.options]
-        read = _leaves_read(flags, len(leaves))
+        before = [False] * len(leaves)
+        shared = False
         if i > 0:
-            before = profiles[i - 1]
-            out = _leaves_read([before.output_read] + [o.output_read for o in before.options],
-                               len(leaves))
-            read = [a or b for a, b in zip(read, out)]
-        found = float(sum(n for n, r in zip(leaves, read) if r))
-        result.append(max(found, float(chain.x_size[i]) - float(tapes[i])))
+            prev = profiles[i - 1]
+            before = _leaves_read([prev.output_read] + [o.output_read for o in prev.options],
+                                  len(leaves))
+            shared = prev.output_in_tape or any(o.output_in_tape for o in prev.options)
+        flags = [profile.input_read] + [o.input_read for o in profile.options]
+        tapes = [profile.tape_bytes] + [o.tape_bytes for o in profile.options]
+        total = float(sum(leaves))
+        if shared:
+            flags = [tuple(_leaves_read(flags, len(leaves)))] * len(flags)
+        reads = []
+        for found in flags:
+            read = [a or b for a, b in zip(_leaves_read([found], len(leaves)), before)]
+            reads.append(float(sum(n for n, r in zip(leaves, read) if r)))
+        if shared:  # one value: at least what the smallest tape allows to free
+            floor = total - min(tapes)
+            reads = [max(max(reads), floor)] * len(reads)
+        else:
+            reads = [max(r, total - t) for r, t in zip(reads, tapes)]
+        result.append(reads)
     return result
 
 

@@ -12,6 +12,7 @@ arXiv:1911.13214), section 3.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 from typing import Sequence
 
@@ -177,17 +178,50 @@ class Chain:
                     f"{type(self.options).__name__}."
                 )
             self.options.check_chain(self)
-        tapes = self.xbar_size if self.options is None else np.where(
-            self.options.valid, self.options.xbar_size, np.inf).min(axis=1)
-        wide = np.flatnonzero(self.x_free > tapes)
+        self._check_x_free()
+
+    def _check_x_free(self) -> None:
+        """``x_free[i, k]`` at most option ``k``'s tape; and one value over the options of a
+        layer whose input may sit in the previous layer's tape (some option of that layer
+        reads its output), as Rotor's DP needs (:mod:`solver.chain.rotor`)."""
+        free = self.option_x_free
+        if self.options is None:
+            tapes, valid, inside = self.xbar_size[:, None], np.ones_like(free, bool), \
+                self.output_in_tape[:, None]
+        else:
+            tapes, valid, inside = (self.options.xbar_size, self.options.valid,
+                                    self.options.output_in_tape & self.options.valid)
+        wide = np.argwhere(valid & (free > tapes))
         if wide.size:
-            i = int(wide[0])
+            i, k = (int(v) for v in wide[0])
             raise ValueError(
-                f"Chain.x_read_size[{i}] = {float(self.x_read_size[i])!r} leaves "
-                f"{float(self.x_free[i])!r} of x[{i}] to free, more than layer {i}'s least tape "
-                f"({float(tapes[i])!r}): raise x_read_size[{i}] to at least x_size[{i}] - "
-                f"{float(tapes[i])!r}."
+                f"Chain.x_read_size[{i}] (option {k}) = {float(self.x_size[i] - free[i, k])!r} "
+                f"leaves {float(free[i, k])!r} of x[{i}] to free, more than layer {i}'s tape "
+                f"({float(tapes[i, k])!r}): raise x_read_size[{i}] to at least x_size[{i}] - "
+                f"{float(tapes[i, k])!r}."
             )
+        for i in range(1, self.length):
+            row = free[i][valid[i]]
+            if inside[i - 1].any() and (row != row[0]).any():
+                raise ValueError(
+                    f"Chain.options.x_read_size[{i}] differs between options although layer "
+                    f"{i - 1}'s backward reads x[{i}]: give layer {i} one x_read_size (the "
+                    f"largest) for every option."
+                )
+
+    @functools.cached_property
+    def option_x_free(self) -> np.ndarray:
+        """``(L, K)``: the bytes of ``x[i]`` that ``F_all(i)`` with option ``k`` frees
+        (``Chain.options.x_read_size``, else ``x_free`` for every option; 0 where absent)."""
+        width = 1 if self.options is None else self.options.width
+        if self.options is None or self.options.x_read_size is None:
+            free = np.repeat(self.x_free[:, None], width, axis=1)
+        else:
+            free = self.x_size[:-1, None] - self.options.x_read_size
+        if self.options is not None:
+            free = np.where(self.options.valid, free, 0.0)
+        free.setflags(write=False)
+        return free
 
     @property
     def x_free(self) -> np.ndarray:
@@ -226,6 +260,8 @@ class Chain:
         if self.options is not None:
             o = self.options
             sizes += [o.xbar_size.ravel(), o.fwd_tmp.ravel(), o.bwd_tmp.ravel()]
+            if o.x_read_size is not None:
+                sizes.append(o.x_read_size.ravel())
         sizes = np.concatenate(sizes)
         return bool(np.all(sizes == np.floor(sizes)))
 

@@ -11,10 +11,12 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
 - ``cout[p, k]``: ``cout[i+1, k]`` is the part of ``cbw[i+1, k]`` that ``B(i)`` does not hold:
   the size of ``x[i+1]`` when layer ``i``'s output is outside that option's tape, else 0
   (see :mod:`solver.chain.rotor`),
-- ``cfree[p]`` (``p = 0..L+1``): ``Chain.x_free[i]``, the part of ``x[i]`` that ``F_all(i)``
-  frees (0 for the loss); the chain option's sub-solve gets ``m - cbw[i+1, k] + cfree[i]``,
+- ``cfree[p, k]`` (``p = 0..L``): ``Chain.option_x_free[i, k]``, the part of ``x[i]`` that
+  ``F_all(i)`` with option ``k`` frees (0 for the loss); the chain option's sub-solve gets
+  ``m - cbw[i+1, k] + cfree[i, k]``,
 - ``cgone[p, k]``: what the chain option's ``B(i)`` no longer holds of ``tape[i]``:
-  ``cout[i+1, k]``, or ``cfree[i+1]`` where the output is in the tape (the sub-solve's
+  ``cout[i+1, k]``, or ``cfree[i+1, 0]`` where the output is in the tape (``Chain`` makes
+  it the same for every option of layer ``i+1`` then) (the sub-solve's
   ``F_all(i+1)`` cut that copy of ``x[i+1]``),
 - ``ftmp``, ``btmp``, ``fw``, ``bw`` (``(L+1, K)``, the loss's row 0): the transients and
   times of ``F_all(i)`` / ``B(i)`` with option ``k``,
@@ -125,12 +127,12 @@ def base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k):
     """Memory the base case ``F_all(i)`` (option ``k``), ``B(i)`` needs, ``g[i+1]`` held.
 
     ``max(cw[i+1] + cbw[i+1, k] + ftmp[i, k], cw[i] + cw[i+1] + cbw[i+1, k] + btmp[i, k] -
-    cout[i+1, k] - cfree[i])``: the forward computes the output beside the tape (and may drop
+    cout[i+1, k] - cfree[i, k])``: the forward computes the output beside the tape (and may drop
     it); the backward adds ``g[i]`` beside ``g[i+1]``, the tape and the part of ``x[i]`` it
-    reads (``F_all(i)`` freed ``cfree[i]`` of it).
+    reads (``F_all(i)`` freed ``cfree[i, k]`` of it).
     """
     return max(cw[i + 1] + cbw[i + 1, k] + ftmp[i, k],
-               cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cout[i + 1, k] - cfree[i])
+               cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cout[i + 1, k] - cfree[i, k])
 
 
 @njit(cache=True, inline="always")
@@ -147,14 +149,14 @@ def chain_start(cw, cbw, cgone, cfree, ftmp, btmp, peak_rest, i, l, mnull, k):
     cw[i+1]`` (the schedule can overflow under the simulator) and overcounts when
     ``cw[l+1] < cw[i+1]`` (valid schedules, even "store everything", are missed).
 
-    Unread input leaves: after ``F_all(i)`` only ``cw[i] - cfree[i]`` of ``x[i]`` is held, and
+    Unread input leaves: after ``F_all(i)`` only ``cw[i] - cfree[i, k]`` of ``x[i]`` is held, and
     by ``B(i)`` the sub-solve has cut ``tape[i]``'s copy of ``x[i+1]`` too (``cgone`` is
-    ``cfree[i+1]`` where the output is in the tape, ``cout`` elsewhere).
+    ``cfree[i+1, 0]`` where the output is in the tape, ``cout`` elsewhere).
     """
     return max(
         max(mnull, cw[l + 1] + cbw[i + 1, k] + ftmp[i, k]),
-        max(cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cgone[i + 1, k] - cfree[i],
-            cbw[i + 1, k] - cfree[i] + peak_rest),
+        max(cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cgone[i + 1, k] - cfree[i, k],
+            cbw[i + 1, k] - cfree[i, k] + peak_rest),
     )
 
 
@@ -203,7 +205,7 @@ def fill_bounds(cw, cbw, cout, cgone, cfree, ftmp, btmp, lean_chain, lean_base, 
                 start = chain_start(cw, cbw, cgone, cfree, ftmp, btmp, mmin[rest], i, l, mn, k)
                 first = min(first, start)
                 if lean_chain[i, k]:
-                    saturated = min(saturated, max(start, cbw[i + 1, k] - cfree[i] + sat[rest]))
+                    saturated = min(saturated, max(start, cbw[i + 1, k] - cfree[i, k] + sat[rest]))
             for j in range(i + 1, l + 1):
                 s = max(max(mn, cw[l + 1] + fneed[i, j]),
                         max(cw[j] + mmin[off[j] + (l - j)], mmin[off[i] + (j - 1 - i)]))
@@ -277,7 +279,7 @@ def _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, 
     for k in range(cbw.shape[1]):
         start = chain_start(cw, cbw, cgone, cfree, ftmp, btmp, mmin[rest], i, l, mnull[row], k)
         if start <= M:
-            shift = cbw[i + 1, k] - cfree[i]
+            shift = cbw[i + 1, k] - cfree[i, k]
             value = np.float32(fw[i, k] + bw[i, k])
             b = opt[rest, start - shift:M + 1 - shift]
             out = opt[row, start:M + 1]
@@ -369,7 +371,7 @@ def decide(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, cum, off, mnull, mmin
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
         if m >= chain_start(cw, cbw, cgone, cfree, ftmp, btmp, mmin[rest], i, l, mnull[row], k):
-            v = np.float32(fw[i, k] + bw[i, k]) + opt[rest, m - cbw[i + 1, k] + cfree[i]]
+            v = np.float32(fw[i, k] + bw[i, k]) + opt[rest, m - cbw[i + 1, k] + cfree[i, k]]
             if v == best:
                 return -k
     for j in range(i + 1, l + 1):
@@ -387,7 +389,7 @@ def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cu
     """Decisions of the optimal plan for ``(0, L)`` at memory ``m0``, in replay order.
 
     Walks the plan depth first without recursion: along a spine ``(i, l, m)`` a chain
-    decision ``-k`` moves to ``(i+1, l, m - cbw[i+1, k] + cfree[i])``; a leaf decision ``j`` first
+    decision ``-k`` moves to ``(i+1, l, m - cbw[i+1, k] + cfree[i, k])``; a leaf decision ``j`` first
     solves the body ``(i, j-1, m)`` and then resumes at ``(j, l, m - cw[j])`` (kept on a
     stack). A spine ends at its base case ``(l, l)``, whose option is a decision too
     (none for the loss, ``l == L``). Returns the decisions in the order they are met; a
@@ -425,7 +427,7 @@ def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cu
             if i == l:
                 break
             if d <= 0:
-                m -= cbw[i + 1, -d] - cfree[i]
+                m -= cbw[i + 1, -d] - cfree[i, -d]
                 i += 1
             else:
                 stack[top, 0] = d

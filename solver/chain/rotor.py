@@ -107,8 +107,8 @@ class _Padded:
     cw: np.ndarray  # L + 2
     cbw: np.ndarray  # (L + 2, K)
     cout: np.ndarray  # (L + 2, K): x_size[i+1] where option k's output is outside its tape
-    cgone: np.ndarray  # (L + 2, K): cout, or x_free[i+1] where the output is in the tape
-    cfree: np.ndarray  # L + 2: x_free[i], what F_all(i) frees of x[i] (0 for the loss)
+    cgone: np.ndarray  # (L + 2, K): cout, or cfree[i+1, 0] where the output is in the tape
+    cfree: np.ndarray  # (L + 1, K): what F_all(i) with option k frees of x[i] (loss: 0)
     ftmp: np.ndarray  # (L + 1, K)
     btmp: np.ndarray  # (L + 1, K)
     fw: np.ndarray  # (L + 1, K)
@@ -132,8 +132,10 @@ def _padded(chain: Chain) -> _Padded:
                   for f in ("fwd_time", "bwd_time", "fwd_tape_time"))
     lowest = np.where(valid, bw + np.minimum(fw, ft + fw[:, :1]), np.inf).min(axis=1)
     base = np.where(valid, ft + bw, np.inf)
-    cfree = np.concatenate([chain.x_free, np.zeros(2)])
-    gone = np.where(table.output_in_tape, cfree[1:-1, None], chain.x_size[1:, None])
+    cfree = rows(chain.option_x_free, False, 0.0)
+    # Where layer i's output is in its tape, every option of layer i+1 frees the same part
+    # of x[i+1] (Chain checks it): column 0 says how much.
+    gone = np.where(table.output_in_tape, cfree[1:, :1], chain.x_size[1:, None])
     return _Padded(
         cw=np.concatenate([chain.x_size, np.zeros(1)]),
         cbw=rows(table.xbar_size, True, np.inf),
