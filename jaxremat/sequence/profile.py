@@ -15,6 +15,15 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   is a read residual). When it does not, the simulator stores ``x[i+1]`` on its own, frees
   it with the next layer's backward and, recomputing the last layer of a segment, does not
   store it at all, as JAX does (``solver.Chain.output_in_tape``).
+* ``x_read_size[i]`` (per option too): the bytes of the leaves of ``x[i]`` that the pullback
+  of layer ``i`` reads (an input leaf that is itself a read residual, as for the output),
+  with the leaves of ``x[i]`` that layer ``i-1``'s pullback reads as its output. JAX frees the
+  other leaves once the forward has run (no pullback reads them): for a pre-norm block
+  (``x + f(norm(x))``) nothing of ``x`` (the norm keeps ``x - mean``), for a pytree
+  activation the leaves only the output needs (``skip``). ``jax.checkpoint`` policies that
+  recompute from the input read all of it, so each option has its own; where layer ``i-1``
+  reads its output, every option of layer ``i`` gets the largest (``solver.Chain`` asks it).
+  The simulator then frees the rest of ``x[i]`` after ``F_all(i)`` (``solver.Chain.x_read_size``).
 * ``fwd_tmp[i]`` / ``bwd_tmp[i]``: the transient bytes of the layer's forward (the vjp
   forward, which computes the residuals) and of its backward (the vjp's pullback), measured
   in program order with the meter of :func:`jaxremat.activation_memory`, with the same
@@ -66,9 +75,13 @@ so it is conservative where JAX frees memory earlier than the model says:
 * ``B(i)`` holds the layer's input and tape until ``g[i]`` exists; JAX frees residuals as the
   backward goes. ``bwd_tmp`` measures the excess over the inputs, clamped at zero, so a
   layer whose residuals die before ``g[i]`` is made is overestimated by up to ``x_size[i]``.
-* When neither layer ``i`` nor layer ``i+1`` reads ``x[i+1]`` in its backward (pre-norm
-  residual blocks), JAX frees it after layer ``i+1``'s forward; the chain holds it until
-  ``B(i+1)`` (the model's ``B`` reads its input).
+* Fixed by ``x_read_size``: when neither layer ``i`` nor layer ``i+1`` reads ``x[i+1]`` in
+  its backward (pre-norm residual blocks), JAX frees it after layer ``i+1``'s forward; the
+  chain held it until ``B(i+1)``. The GPT and MLP stacks of ``benchmarks/jax_memory.py`` went
+  from 0.955-0.98 of the prediction to 1.000 with it (benchmarks/RESULTS.md, issue 17.5).
+* A checkpoint ``x[i]`` is held whole until its segment is recomputed; JAX keeps only the
+  leaves the recomputation reads (a pytree leaf that only the output needs is dropped when
+  the recomputation is the tape-only forward of the segment's last layer).
 * A pass-through leaf of a pytree activation (``(h, skip) -> (h', skip)``) is one buffer in
   JAX but is counted in both ``x[i]`` and ``x[i+1]``.
 * Not modelled: the loss function's memory beyond the gradient of the sequence's output.
