@@ -14,7 +14,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from policies import BUILDERS, UNIFORM, measure, remat_sequence, uniform, uniform_predictions  # noqa: E402
+from policies import (BUILDERS, UNIFORM, measure, remat_sequence, uniform,  # noqa: E402
+                      uniform_predictions)
 
 
 def main() -> None:

@@ -60,6 +60,11 @@ Three facts keep it fast.
   once per tile and reused ``block`` times from cache, instead of streaming the whole table
   from memory for every cell (the DP is memory-bound otherwise).
 
+Rotor's lower bound ``m∅`` (:func:`fill_bounds`) assumes ``x[i]`` is held whole while the
+forwards of ``(i, l)`` run; once ``F_all(i)`` cuts it (``cfree > 0``) a later forward may
+need less, so then ``m∅`` is 0: every option's start already checks each of its ops
+(``F_all``, ``B``, the forwards of a leaf, the sub-solves), so the bound only prunes.
+
 There is no decision table: the row of best times is enough to recover a decision, by
 recomputing the options at the one ``(i, l, m)`` asked (:func:`decide`, :func:`decide_base`)
 in the same float32 arithmetic, chain options first in increasing ``k`` (ties favour storing
@@ -176,6 +181,7 @@ def fill_bounds(cw, cbw, cout, cgone, cfree, ftmp, btmp, lean_chain, lean_base, 
     """
     L = cw.shape[0] - 2
     K = cbw.shape[1]
+    lower = not (cfree > 0).any()  # m∅ bounds nothing once F_all cuts inputs (module docstring)
     ftmin = np.empty(L + 1, dtype=np.int64)
     for p in range(L + 1):
         ftmin[p] = ftmp[p, 0]
@@ -197,7 +203,7 @@ def fill_bounds(cw, cbw, cout, cgone, cfree, ftmp, btmp, lean_chain, lean_base, 
         for l in range(i + 1, L + 1):
             fneed[i, l] = fx
             row = off[i] + (l - i)
-            mn = cw[l + 1] + mx
+            mn = cw[l + 1] + mx if lower else 0
             mnull[row] = mn
             rest = off[i + 1] + (l - i - 1)
             first, saturated = M + 1, M + 1
@@ -308,7 +314,8 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cum, M,
                 _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
                 if i < l:
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, i + 1, l)
-                    _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l)
+                    _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i,
+                           l)
         for lb in range(ib + 1, nb):
             l_lo = lb * block
             l_hi = min(n, l_lo + block) - 1
@@ -338,7 +345,8 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cum, M,
                 for l in range(l_lo, l_hi + 1):
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, i + 1, i_hi)
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, l_lo + 1, l)
-                    _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l)
+                    _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i,
+                           l)
 
 
 @njit(cache=True)

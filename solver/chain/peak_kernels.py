@@ -31,6 +31,7 @@ def fill_min_peak(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, peak, tim
     """
     L = peak.shape[0] - 1
     K = cbw.shape[1]
+    lower = not (cfree > 0).any()  # m∅ only without cut inputs (solver.chain.kernels)
     ftmin = np.empty(L + 1)
     for p in range(L + 1):
         ftmin[p] = ftmp[p, 0]
@@ -46,7 +47,7 @@ def fill_min_peak(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, peak, tim
         peak[i, i], time[i, i], choice[i, i] = best, best_time, arg
         mx = cw[i + 1] + ftmin[i]
         for l in range(i + 1, L + 1):
-            mnull = cw[l + 1] + mx
+            mnull = cw[l + 1] + mx if lower else 0.0
             best, best_time, arg = np.inf, np.inf, 0
             for k in range(K):
                 v = chain_start(cw, cbw, cgone, cfree, ftmp, btmp, peak[i + 1, l], i, l, mnull, k)

@@ -321,13 +321,13 @@ class RotorTable:
         mmin = np.empty(pairs, dtype=np.int64)
         sat = np.empty(pairs, dtype=np.int64)
         fneed = np.zeros((n, n + 1), dtype=np.int64)
-        kernels.fill_bounds(cw, cbw, cout, cgone, cfree, ftmp, btmp, p.lean_chain, p.lean_base, capacity, off,
-                            mnull, mmin, sat, fneed)
+        kernels.fill_bounds(cw, cbw, cout, cgone, cfree, ftmp, btmp, p.lean_chain, p.lean_base,
+                            capacity, off, mnull, mmin, sat, fneed)
         opt = np.empty((pairs, capacity + 1), dtype=np.float32)
         kernels.fill_time_table(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cum, capacity,
                                 off, mnull, mmin, sat, fneed, kernels.block_size(capacity), opt)
-        arrays = dict(cw=cw, cbw=cbw, cout=cout, cgone=cgone, cfree=cfree, ftmp=ftmp, btmp=btmp, fw=fw, bw=bw, ft=ft,
-                      cum=cum, off=off, mnull=mnull, mmin=mmin, fneed=fneed, opt=opt,
+        arrays = dict(cw=cw, cbw=cbw, cout=cout, cgone=cgone, cfree=cfree, ftmp=ftmp, btmp=btmp,
+                      fw=fw, bw=bw, ft=ft, cum=cum, off=off, mnull=mnull, mmin=mmin, fneed=fneed, opt=opt,
                       scale=scale)
         object.__setattr__(self, "max_budget", budget)
         object.__setattr__(self, "unit", unit)
