@@ -48,7 +48,7 @@ def unpruned_optimum(chain: Chain, budget: float) -> float:
     heap = [(0.0, next(counter), start)]
     while heap:
         cost, _, state = heapq.heappop(heap)
-        key = (state.x, state.tape, state.g, state.tape_options)
+        key = (state.x, state.tape, state.g, state.tape_options, state.cut, state.cut_options)
         if key in best:
             continue
         best[key] = cost

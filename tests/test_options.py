@@ -2,6 +2,7 @@
 the simulator, Rotor's DP against every persistent plan and option of small chains, the
 exhaustive oracle, the baselines, the ILP adapter and bad input."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -46,7 +47,7 @@ DOTS = BASE.with_options(LayerOptions.from_columns(
 
 
 @st.composite
-def option_chains(draw, max_layers=4, max_options=3):
+def option_chains(draw, max_layers=4, max_options=3, read=False):
     """Integer chains (flagged outputs, tape-only forwards) with 1..max_options options."""
     L = draw(st.integers(1, max_layers))
     ints = lambda n, hi: draw(st.lists(st.integers(0, hi), min_size=n, max_size=n))  # noqa: E731
@@ -68,12 +69,41 @@ def option_chains(draw, max_layers=4, max_options=3):
                             fwd_tmp=draw(st.integers(0, 3)), bwd_tmp=draw(st.integers(0, 3)),
                             output_in_tape=draw(st.booleans())))
         extra.append(row)
+    if read:  # B(i) reads a part of x[i] under each option; F_all(i) frees the rest
+        chain = _read_in_part(draw, chain, extra)
     return chain.with_options(LayerOptions.from_columns(chain, extra))
+
+
+def _read_in_part(draw, chain, extra):
+    """Draw ``x_read_size`` per layer and option (into ``extra``; the chain's own returned):
+    at least ``x[i]`` less the option's tape, one value per layer where the layer before
+    has an option whose output is in its tape (what ``Chain`` requires)."""
+    x, L = chain.x_size.astype(int), chain.length
+    own = []
+    for i in range(L):
+        tapes = [int(chain.xbar_size[i])] + [int(o["xbar_size"]) for o in extra[i]]
+        shared = i > 0 and (chain.output_in_tape[i - 1] or any(
+            o.get("output_in_tape", chain.output_in_tape[i - 1]) for o in extra[i - 1]))
+        if shared:
+            value = draw(st.integers(max(0, x[i] - min(tapes)), x[i]))
+            reads = [value] * len(tapes)
+        else:
+            reads = [draw(st.integers(max(0, x[i] - t), x[i])) for t in tapes]
+        own.append(reads[0])
+        for option, r in zip(extra[i], reads[1:]):
+            option["x_read_size"] = r
+    return dataclasses.replace(chain, x_read_size=own)
 
 
 @settings(max_examples=120, deadline=None)
 @given(option_chains())
 def test_dp_is_exact_over_every_plan_and_option(chain):
+    check_exact(chain)
+
+
+@settings(max_examples=60, deadline=None)
+@given(option_chains(read=True))
+def test_dp_is_exact_with_inputs_read_in_part(chain):
     check_exact(chain)
 
 
@@ -85,7 +115,7 @@ def test_dp_is_exact_over_every_plan_and_option_five_layers(chain):
 
 
 @settings(max_examples=60, deadline=None)
-@given(option_chains(max_layers=3, max_options=2), st.data())
+@given(option_chains(max_layers=3, max_options=2, read=True), st.data())
 def test_exhaustive_oracle_with_options(chain, data):
     """A* with options equals a plain Dijkstra over every op, option and drop, and is never
     slower than the best persistent plan (Rotor's DP)."""
@@ -301,3 +331,24 @@ def test_ilp_refuses_options_and_names_rotor():
         solve(rich, 10, method="ilp")
     assert solve(chain.with_options(LayerOptions.of_chain(chain)), 10, method="ilp").time == \
         solve(chain, 10, method="ilp").time
+
+
+def test_x_read_size_per_option():
+    """An option that recomputes from its input reads all of it; the whole tape frees x[0]
+    after its forward. Where the layer before reads its output, the options must agree."""
+    chain = dataclasses.replace(BASE, x_read_size=[0, 3])
+    both = chain.with_options(LayerOptions.from_columns(
+        chain, [[dict(xbar_size=4, bwd_time=4, x_read_size=2)], []]))
+    assert both.option_x_free.tolist() == [[2.0, 0.0], [0.0, 0.0]]
+    # storing everything: F_all(0) peaks at 2 + 8, then frees x0 (2); B(1) peaks at
+    # 8 (tape0) + 2 (tape1) + 1 (g2) + 3 (g1) = 14, where the whole x0 gives 16
+    assert make_schedule(both, (Layer(0), Layer(1))).peak == 14
+    assert make_schedule(chain.with_options(None), (Layer(0), Layer(1))).peak == 14
+    assert make_schedule(BASE, (Layer(0), Layer(1))).peak == 16
+    # option 1 keeps x0 whole: 2 + 4 + 2 + 1 + 3
+    assert make_schedule(both, (Layer(0, 1), Layer(1))).peak == 12
+    check_exact(both)
+    with pytest.raises(ValueError, match="one x_read_size"):
+        c = dataclasses.replace(BASE, x_read_size=[2, 3])
+        c.with_options(LayerOptions.from_columns(c, [[], [dict(xbar_size=2, bwd_time=1,
+                                                               x_read_size=1)]]))

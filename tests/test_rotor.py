@@ -94,13 +94,17 @@ def no_remat_peak(chain: Chain) -> float:
 
 
 @st.composite
-def integer_chains(draw, max_layers=5, flagged=False):
+def integer_chains(draw, max_layers=5, flagged=False, read=False):
     L = draw(st.integers(1, max_layers))
     ints = lambda n, hi: draw(st.lists(st.integers(0, hi), min_size=n, max_size=n))
     x = ints(L + 1, 6)
     extra = ints(L, 4)
     fwd = ints(L, 5)
+    # B(i) reads x_read[i] of x[i]; F_all(i) may free at most its tape, x[i+1] + extra[i].
+    x_read = ([draw(st.integers(max(0, x[i] - x[i + 1] - extra[i]), x[i])) for i in range(L)]
+              if read else None)
     return Chain(
+        x_read_size=x_read,
         fwd_time=fwd,
         fwd_tape_time=[draw(st.integers(0, f)) for f in fwd],
         bwd_time=ints(L, 5),
@@ -328,3 +332,44 @@ def test_output_outside_the_tape_lowers_the_backward():
     assert rotor_min_budget(kept) == 18 and rotor_min_budget(freed) == 15
     table = RotorTable(freed, 15, slots=15)
     assert table.min_budget == 15 and table.schedule(15).plan == store_all
+
+
+# --- inputs read in part (Chain.x_read_size): exact against every plan ----------------
+
+
+@sweep(300, quick=75)
+@given(integer_chains(max_layers=4, flagged=True, read=True))
+def test_read_part_dp_is_exact_over_every_plan(chain):
+    """With x_read_size < x_size, the DP's time at every budget is still the least simulated
+    time of the plans that fit, and its minimum budget the least simulated peak."""
+    check_exact(chain)
+
+
+def test_unread_input_is_freed_by_its_forward():
+    # x = [6, 2, 1], tapes [5, 1]; B(0) reads 1 of x0's 6, B(1) all of x1. Storing
+    # everything: F_all(0) peaks at 6 + 5 = 11, then x0 shrinks to 1; F_all(1) and the loss
+    # bring memory to 8; B(1) adds g1 = 2 (10); B(0) holds x0's 1, tape0 5, g1 2 and adds
+    # g0 = 6: 14, where the whole x0 gives 19.
+    full = Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[6, 2, 1], xbar_size=[5, 1])
+    part = Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[6, 2, 1], xbar_size=[5, 1],
+                 x_read_size=[1, 2])
+    store_all = (Layer(0), Layer(1))
+    assert make_schedule(full, store_all).peak == 19
+    assert make_schedule(part, store_all).peak == 14
+    assert rotor_min_budget(part) == 14
+    table = RotorTable(part, 14, slots=14)
+    assert table.schedule(14).plan == store_all
+    assert part.x_free.tolist() == [5.0, 0.0]
+    # The default keeps every chain's meaning.
+    assert full.x_read_size.tolist() == [6.0, 2.0] and not full.x_free.any()
+
+
+def test_x_read_size_is_checked():
+    kw = dict(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[6, 2, 1], xbar_size=[2, 1])
+    assert Chain(**kw, x_read_size=[4, 1]).x_free.tolist() == [2.0, 1.0]
+    with pytest.raises(ValueError, match="exceeds x_size"):
+        Chain(**kw, x_read_size=[7, 2])
+    with pytest.raises(ValueError, match="layer 0.s tape"):
+        Chain(**kw, x_read_size=[3, 2])  # would free 3 of x0 beside a tape of 2
+    with pytest.raises(ValueError, match="x_read_size"):
+        Chain(**kw, x_read_size=[1])

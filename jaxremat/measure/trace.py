@@ -49,6 +49,9 @@ class TracedLayer:
         residual): ``Chain.output_in_tape[i]``.
       host_bytes: bytes of the counted residuals in host memory (moved there by an offload
         policy): not in ``tape_bytes``, which counts device memory only.
+      input_read, output_read: per leaf of ``x`` / ``y``, whether the pullback reads it (it
+        is a read residual). ``jax.grad`` frees the leaves of ``x`` no pullback reads once the
+        forward has run: ``solver.Chain.x_read_size``.
     """
 
     forward: ClosedJaxpr
@@ -61,6 +64,8 @@ class TracedLayer:
     tape_bytes: int
     output_in_tape: bool = True
     host_bytes: int = 0
+    input_read: tuple[bool, ...] = ()
+    output_read: tuple[bool, ...] = ()
 
 
 def _layer_error(index: int, x: Any, error: Exception) -> Exception:
@@ -122,6 +127,15 @@ def _reads_output(forward: ClosedJaxpr, num_outputs: int, used: Sequence[bool]) 
     outputs = {v for v in jaxpr.outvars[:num_outputs] if not isinstance(v, Literal)}
     return any(read and not isinstance(v, Literal) and v in outputs
                for v, read in zip(jaxpr.outvars[num_outputs:], used))
+
+
+def _leaves_read(forward: ClosedJaxpr, num_outputs: int, used: Sequence[bool],
+                 candidates: Sequence[Any]) -> tuple[bool, ...]:
+    """Per variable of ``candidates`` (inputs or outputs of ``forward``), whether it is a
+    residual the pullback reads (the same jaxpr variable, as :func:`_reads_output` tells)."""
+    read = {v for v, r in zip(forward.jaxpr.outvars[num_outputs:], used)
+            if r and not isinstance(v, Literal)}
+    return tuple(not isinstance(v, Literal) and v in read for v in candidates)
 
 
 def _dead_code_removed(closed: ClosedJaxpr, used_outputs: Sequence[bool]) -> ClosedJaxpr:
@@ -233,6 +247,10 @@ def trace_layer(
     used = tuple(inputs_read(backward)[:len(residuals)])
     num_outputs = len(jax.tree.leaves(output))
     tape = _tape_bytes(forward, num_outputs, tree_bytes(output), used)
+    x_vars = forward.jaxpr.invars[len(forward.jaxpr.invars) - len(jax.tree.leaves(x)):]
     return TracedLayer(forward, output, tuple(residuals), used, pullback, cotangent, backward,
                        tape, _reads_output(forward, num_outputs, used),
-                       _host_bytes(forward, num_outputs, used))
+                       _host_bytes(forward, num_outputs, used),
+                       _leaves_read(forward, num_outputs, used, x_vars),
+                       _leaves_read(forward, num_outputs, used,
+                                    forward.jaxpr.outvars[:num_outputs]))

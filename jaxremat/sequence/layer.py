@@ -50,6 +50,7 @@ class OptionProfile:
         ``tape_bytes``, which counts the device).
       transfer_time: seconds to copy them one way (``host_bytes`` / bandwidth); the times
         above include it as :func:`jaxremat.measure.offload.offload_times` overlaps it.
+      input_read, output_read: as for :class:`LayerProfile`, with the policy applied.
     """
 
     name: str
@@ -65,6 +66,8 @@ class OptionProfile:
     output_in_tape: bool
     host_bytes: int = 0
     transfer_time: float = 0.0
+    input_read: tuple[bool, ...] = ()
+    output_read: tuple[bool, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +85,8 @@ class LayerProfile:
       output_in_tape: whether the backward reads the layer's output (module docstring).
       fwd_tape_time, fwd_tape_flops: the same for the forward that builds only the tape
         (module docstring); ``fwd_tape_time <= fwd_time``.
+      input_read, output_read: per leaf of the input / output, whether the backward reads it
+        (``()``: not measured, every leaf counts as read). They give ``Chain.x_read_size``.
       options: the layer's options k = 1, 2, ... (:class:`OptionProfile`), after merging.
       dropped: ``(option name, reason)`` for each option left off the layer's menu: JAX
         rejected its policy, its tape equals another option's, or the whole tape dominates it.
@@ -102,6 +107,8 @@ class LayerProfile:
     fwd_tape_flops: float | None = None
     options: tuple[OptionProfile, ...] = ()
     dropped: tuple[tuple[str, str], ...] = ()
+    input_read: tuple[bool, ...] = ()
+    output_read: tuple[bool, ...] = ()
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -164,6 +171,7 @@ def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str
         tape_bytes=traced.tape_bytes, fwd_tmp=fwd_tmp, bwd_tmp=bwd_tmp, fwd_time=fwd_time,
         bwd_time=bwd_time, fwd_flops=fwd_flops, bwd_flops=bwd_flops,
         output_in_tape=traced.output_in_tape,
+        input_read=traced.input_read, output_read=traced.output_read,
         # a part of the forward's work; timing noise or XLA's counts must not make it dearer
         fwd_tape_time=min(tape_time, fwd_time), fwd_tape_flops=min(tape_flops, fwd_flops),
     )

@@ -70,6 +70,7 @@ def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyO
         bwd_time=max(found["bwd_time"], _backward_floor(base, found["bwd_flops"], costs)),
         fwd_tape_flops=min(found["fwd_tape_flops"], base.fwd_flops),
         bwd_flops=max(found["bwd_flops"], base.bwd_flops), output_in_tape=found["output_in_tape"],
+        input_read=found["input_read"], output_read=found["output_read"],
     )
     if traced.host_bytes:
         fwd, tape, bwd, transfer = offload.offload_times(
@@ -135,13 +136,17 @@ def _dominates(a: OptionProfile, b: OptionProfile) -> bool:
             and any(getattr(a, f) < getattr(b, f) for f in fields))
 
 
-def with_options(chain: Chain, profiles: Sequence[LayerProfile]) -> Chain:
-    """``chain`` with the layers' options (``Chain.options``); unchanged when none has any."""
+def with_options(chain: Chain, profiles: Sequence[LayerProfile],
+                 reads: Sequence[Sequence[float]] | None = None) -> Chain:
+    """``chain`` with the layers' options (``Chain.options``); unchanged when none has any.
+    ``reads[i][k]``: option ``k``'s ``x_read_size`` (default: the chain's)."""
     if not any(p.options for p in profiles):
         return chain
 
     extra = [[dict(xbar_size=o.tape_bytes, fwd_time=o.fwd_time, fwd_tape_time=o.fwd_tape_time,
                    bwd_time=o.bwd_time, fwd_tmp=o.fwd_tmp, bwd_tmp=o.bwd_tmp,
-                   output_in_tape=o.output_in_tape, name=o.name) for o in p.options]
-             for p in profiles]
+                   output_in_tape=o.output_in_tape, name=o.name,
+                   x_read_size=chain.x_read_size[i] if reads is None else reads[i][k + 1])
+              for k, o in enumerate(p.options)]
+             for i, p in enumerate(profiles)]
     return chain.with_options(LayerOptions.from_columns(chain, extra))

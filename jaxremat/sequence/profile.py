@@ -15,6 +15,15 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   is a read residual). When it does not, the simulator stores ``x[i+1]`` on its own, frees
   it with the next layer's backward and, recomputing the last layer of a segment, does not
   store it at all, as JAX does (``solver.Chain.output_in_tape``).
+* ``x_read_size[i]`` (per option too): the bytes of the leaves of ``x[i]`` that the pullback
+  of layer ``i`` reads (an input leaf that is itself a read residual, as for the output),
+  with the leaves of ``x[i]`` that layer ``i-1``'s pullback reads as its output. JAX frees the
+  other leaves once the forward has run (no pullback reads them): for a pre-norm block
+  (``x + f(norm(x))``) nothing of ``x`` (the norm keeps ``x - mean``), for a pytree
+  activation the leaves only the output needs (``skip``). ``jax.checkpoint`` policies that
+  recompute from the input read all of it, so each option has its own; where layer ``i-1``
+  reads its output, every option of layer ``i`` gets the largest (``solver.Chain`` asks it).
+  The simulator then frees the rest of ``x[i]`` after ``F_all(i)`` (``solver.Chain.x_read_size``).
 * ``fwd_tmp[i]`` / ``bwd_tmp[i]``: the transient bytes of the layer's forward (the vjp
   forward, which computes the residuals) and of its backward (the vjp's pullback), measured
   in program order with the meter of :func:`jaxremat.activation_memory`, with the same
@@ -66,9 +75,13 @@ so it is conservative where JAX frees memory earlier than the model says:
 * ``B(i)`` holds the layer's input and tape until ``g[i]`` exists; JAX frees residuals as the
   backward goes. ``bwd_tmp`` measures the excess over the inputs, clamped at zero, so a
   layer whose residuals die before ``g[i]`` is made is overestimated by up to ``x_size[i]``.
-* When neither layer ``i`` nor layer ``i+1`` reads ``x[i+1]`` in its backward (pre-norm
-  residual blocks), JAX frees it after layer ``i+1``'s forward; the chain holds it until
-  ``B(i+1)`` (the model's ``B`` reads its input).
+* Fixed by ``x_read_size``: when neither layer ``i`` nor layer ``i+1`` reads ``x[i+1]`` in
+  its backward (pre-norm residual blocks), JAX frees it after layer ``i+1``'s forward; the
+  chain held it until ``B(i+1)``. The GPT and MLP stacks of ``benchmarks/jax_memory.py`` went
+  from 0.955-0.98 of the prediction to 1.000 with it (benchmarks/RESULTS.md, issue 17.5).
+* A checkpoint ``x[i]`` is held whole until its segment is recomputed; JAX keeps only the
+  leaves the recomputation reads (a pytree leaf that only the output needs is dropped when
+  the recomputation is the tape-only forward of the segment's last layer).
 * A pass-through leaf of a pytree activation (``(h, skip) -> (h', skip)``) is one buffer in
   JAX but is counted in both ``x[i]`` and ``x[i+1]``.
 * Not modelled: the loss function's memory beyond the gradient of the sequence's output.
@@ -88,12 +101,14 @@ import dataclasses
 import weakref
 from typing import Any, Callable, Sequence
 
+import jax
+
 from solver import Chain
 
 from ..lru import LRU
 from ..measure.offload import offload_key
 from ..measure.trace import trace_layer
-from ..trees import abstractify, check_layers, check_params, signature, tree_bytes
+from ..trees import abstractify, check_layers, check_params, leaf_bytes, signature, tree_bytes
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
                     layer_costs, roofline_time)
 from .options import layer_options, with_options
@@ -221,7 +236,9 @@ def profile_sequence(
         indices = tqdm(indices, desc="profiling layers", total=len(layers), leave=False)
     memo: dict[tuple, tuple[LayerProfile, Any]] = {}  # also layers without weak references
     profiles: list[LayerProfile] = []
+    sizes: list[list[int]] = []  # bytes of each leaf of x[i]
     for i in indices:
+        sizes.append([leaf_bytes(leaf) for leaf in jax.tree.leaves(current)])
         needs_input_grad = input_grad or i > 0
         key = _cache_key(layers[i], abstract_params[i], current, needs_input_grad, costs, menu,
                          repeats)
@@ -245,7 +262,54 @@ def profile_sequence(
         output_in_tape=[p.output_in_tape for p in profiles],
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
     )
-    return Profile(chain=with_options(chain, profiles), layers=tuple(profiles), costs=costs)
+    reads = _read_sizes(profiles, sizes)
+    chain = dataclasses.replace(chain, x_read_size=[r[0] for r in reads])
+    chain = with_options(chain, profiles, reads)
+    return Profile(chain=chain, layers=tuple(profiles), costs=costs)
+
+
+def _leaves_read(flags: Sequence[tuple[bool, ...]], count: int) -> list[bool]:
+    """Leaf-wise union of flags (``()``: not measured, all read)."""
+    read = [False] * count
+    for found in flags:
+        if len(found) != count:
+            return [True] * count
+        read = [a or b for a, b in zip(read, found)]
+    return read
+
+
+def _read_sizes(profiles: Sequence[LayerProfile],
+                sizes: Sequence[Sequence[int]]) -> list[list[float]]:
+    """``x_read_size`` per layer and option (option 0 first): the bytes of the leaves of
+    ``x[i]`` that ``B(i)`` under the option, or ``B(i-1)`` under any of its options, reads;
+    at least ``x_size[i]`` less the option's tape (what ``F_all(i)`` may free). One value
+    (the options' union) where some option of layer ``i-1`` reads its output: ``x[i]`` may
+    then sit in that layer's tape, and :class:`solver.Chain` asks it."""
+    result = []
+    for i, (profile, leaves) in enumerate(zip(profiles, sizes)):
+        before = [False] * len(leaves)
+        shared = False
+        if i > 0:
+            prev = profiles[i - 1]
+            before = _leaves_read([prev.output_read] + [o.output_read for o in prev.options],
+                                  len(leaves))
+            shared = prev.output_in_tape or any(o.output_in_tape for o in prev.options)
+        flags = [profile.input_read] + [o.input_read for o in profile.options]
+        tapes = [profile.tape_bytes] + [o.tape_bytes for o in profile.options]
+        total = float(sum(leaves))
+        if shared:
+            flags = [tuple(_leaves_read(flags, len(leaves)))] * len(flags)
+        reads = []
+        for found in flags:
+            read = [a or b for a, b in zip(_leaves_read([found], len(leaves)), before)]
+            reads.append(float(sum(n for n, r in zip(leaves, read) if r)))
+        if shared:  # one value: at least what the smallest tape allows to free
+            floor = total - min(tapes)
+            reads = [max(max(reads), floor)] * len(reads)
+        else:
+            reads = [max(r, total - t) for r, t in zip(reads, tapes)]
+        result.append(reads)
+    return result
 
 
 def profile_layers(

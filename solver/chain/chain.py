@@ -12,6 +12,7 @@ arXiv:1911.13214), section 3.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 from typing import Sequence
 
@@ -88,6 +89,13 @@ class Chain:
         output is dead code unless it is a residual): a residual block's last matmul is
         skipped. Profiled from the forward of ``jax.vjp`` cut down to the residuals the
         pullback reads (:mod:`jaxremat.sequence.profile`).
+      x_read_size: ``L`` sizes (default ``x_size[:L]``): the bytes of ``x[i]`` that ``B(i)``
+        (or ``B(i-1)``, which may read ``x[i]`` as its output) reads. ``F_all(i)`` frees the
+        rest of ``x[i]``, ``x_free[i] = x_size[i] - x_read_size[i]``, once it has run: nothing
+        else reads those leaves before ``B(i)``, and JAX frees a pytree leaf no pullback
+        reads (the ``skip`` leaf of a pre-norm stack, the input of a layer whose backward
+        reads only its normalised input). ``x_free[i]`` may not exceed ``xbar_size[i]`` (nor
+        any option's tape). :mod:`solver.chain.simulator` and Rotor's dynamic program apply it.
       options: ``None`` (each layer's one "save" mode is its whole tape) or a
         :class:`~solver.chain.options.LayerOptions`: layer ``i`` offers ``K_i`` ways to run
         ``F_all(i)``, option 0 being the fields above (Rockmate's multi-option layers,
@@ -107,6 +115,7 @@ class Chain:
     output_in_tape: np.ndarray | None = None
     fwd_tape_time: np.ndarray | None = None
     options: LayerOptions | None = None
+    x_read_size: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         fwd = float_array(self.fwd_time, "Chain.fwd_time (one entry per layer)")
@@ -125,6 +134,8 @@ class Chain:
             "bwd_tmp": (np.zeros(length) if self.bwd_tmp is None else self.bwd_tmp, length),
             "fwd_tape_time": (self.fwd_time if self.fwd_tape_time is None else self.fwd_tape_time,
                               length),
+            "x_read_size": (np.asarray(self.x_size, dtype=np.float64)[:length]
+                            if self.x_read_size is None else self.x_read_size, length),
         }
         for name, (values, n) in fields.items():
             object.__setattr__(self, name, _as_vector(name, values, n))
@@ -144,6 +155,14 @@ class Chain:
                 f"{self.x_size[i + 1]!r}: a layer's tape includes its output."
             )
 
+        over = np.flatnonzero(self.x_read_size > self.x_size[:-1])
+        if over.size:
+            i = int(over[0])
+            raise ValueError(
+                f"Chain.x_read_size[{i}] = {float(self.x_read_size[i])!r} exceeds x_size[{i}] = "
+                f"{float(self.x_size[i])!r}: B({i}) reads a part of x[{i}]; pass at most "
+                f"x_size[{i}]."
+            )
         dear = np.flatnonzero(self.fwd_tape_time > self.fwd_time)
         if dear.size:
             i = int(dear[0])
@@ -159,6 +178,55 @@ class Chain:
                     f"{type(self.options).__name__}."
                 )
             self.options.check_chain(self)
+        self._check_x_free()
+
+    def _check_x_free(self) -> None:
+        """``x_free[i, k]`` at most option ``k``'s tape; and one value over the options of a
+        layer whose input may sit in the previous layer's tape (some option of that layer
+        reads its output), as Rotor's DP needs (:mod:`solver.chain.rotor`)."""
+        free = self.option_x_free
+        if self.options is None:
+            tapes, valid, inside = self.xbar_size[:, None], np.ones_like(free, bool), \
+                self.output_in_tape[:, None]
+        else:
+            tapes, valid, inside = (self.options.xbar_size, self.options.valid,
+                                    self.options.output_in_tape & self.options.valid)
+        wide = np.argwhere(valid & (free > tapes))
+        if wide.size:
+            i, k = (int(v) for v in wide[0])
+            raise ValueError(
+                f"Chain.x_read_size[{i}] (option {k}) = {float(self.x_size[i] - free[i, k])!r} "
+                f"leaves {float(free[i, k])!r} of x[{i}] to free, more than layer {i}'s tape "
+                f"({float(tapes[i, k])!r}): raise x_read_size[{i}] to at least x_size[{i}] - "
+                f"{float(tapes[i, k])!r}."
+            )
+        for i in range(1, self.length):
+            row = free[i][valid[i]]
+            if inside[i - 1].any() and (row != row[0]).any():
+                raise ValueError(
+                    f"Chain.options.x_read_size[{i}] differs between options although layer "
+                    f"{i - 1}'s backward reads x[{i}]: give layer {i} one x_read_size (the "
+                    f"largest) for every option."
+                )
+
+    @functools.cached_property
+    def option_x_free(self) -> np.ndarray:
+        """``(L, K)``: the bytes of ``x[i]`` that ``F_all(i)`` with option ``k`` frees
+        (``Chain.options.x_read_size``, else ``x_free`` for every option; 0 where absent)."""
+        width = 1 if self.options is None else self.options.width
+        if self.options is None or self.options.x_read_size is None:
+            free = np.repeat(self.x_free[:, None], width, axis=1)
+        else:
+            free = self.x_size[:-1, None] - self.options.x_read_size
+        if self.options is not None:
+            free = np.where(self.options.valid, free, 0.0)
+        free.setflags(write=False)
+        return free
+
+    @property
+    def x_free(self) -> np.ndarray:
+        """Bytes of ``x[i]`` that ``F_all(i)`` frees: ``x_size[i] - x_read_size[i]``."""
+        return self.x_size[:-1] - self.x_read_size
 
     def with_options(self, options: LayerOptions | None) -> "Chain":
         """This chain with per-layer options (``None``: none), checked against its fields."""
@@ -188,10 +256,12 @@ class Chain:
     @property
     def is_integral(self) -> bool:
         """Whether every size is an integer (then the DP can run without rounding)."""
-        sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp]
+        sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp, self.x_read_size]
         if self.options is not None:
             o = self.options
             sizes += [o.xbar_size.ravel(), o.fwd_tmp.ravel(), o.bwd_tmp.ravel()]
+            if o.x_read_size is not None:
+                sizes.append(o.x_read_size.ravel())
         sizes = np.concatenate(sizes)
         return bool(np.all(sizes == np.floor(sizes)))
 

@@ -11,6 +11,13 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
 - ``cout[p, k]``: ``cout[i+1, k]`` is the part of ``cbw[i+1, k]`` that ``B(i)`` does not hold:
   the size of ``x[i+1]`` when layer ``i``'s output is outside that option's tape, else 0
   (see :mod:`solver.chain.rotor`),
+- ``cfree[p, k]`` (``p = 0..L``): ``Chain.option_x_free[i, k]``, the part of ``x[i]`` that
+  ``F_all(i)`` with option ``k`` frees (0 for the loss); the chain option's sub-solve gets
+  ``m - cbw[i+1, k] + cfree[i, k]``,
+- ``cgone[p, k]``: what the chain option's ``B(i)`` no longer holds of ``tape[i]``:
+  ``cout[i+1, k]``, or ``cfree[i+1, 0]`` where the output is in the tape (``Chain`` makes
+  it the same for every option of layer ``i+1`` then) (the sub-solve's
+  ``F_all(i+1)`` cut that copy of ``x[i+1]``),
 - ``ftmp``, ``btmp``, ``fw``, ``bw`` (``(L+1, K)``, the loss's row 0): the transients and
   times of ``F_all(i)`` / ``B(i)`` with option ``k``,
 - ``ft`` (``(L+1, K)``): ``fwd_tape_time``, the cost of ``F_all(i)`` in the base case
@@ -52,6 +59,11 @@ Three facts keep it fast.
   ``l`` range only read finished rows, so they run ``j``-outermost: each operand row is read
   once per tile and reused ``block`` times from cache, instead of streaming the whole table
   from memory for every cell (the DP is memory-bound otherwise).
+
+Rotor's lower bound ``m∅`` (:func:`fill_bounds`) assumes ``x[i]`` is held whole while the
+forwards of ``(i, l)`` run; once ``F_all(i)`` cuts it (``cfree > 0``) a later forward may
+need less, so then ``m∅`` is 0: every option's start already checks each of its ops
+(``F_all``, ``B``, the forwards of a leaf, the sub-solves), so the bound only prunes.
 
 There is no decision table: the row of best times is enough to recover a decision, by
 recomputing the options at the one ``(i, l, m)`` asked (:func:`decide`, :func:`decide_base`)
@@ -116,19 +128,20 @@ def block_size(capacity: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def base_threshold(cw, cbw, cout, ftmp, btmp, i, k):
+def base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k):
     """Memory the base case ``F_all(i)`` (option ``k``), ``B(i)`` needs, ``g[i+1]`` held.
 
     ``max(cw[i+1] + cbw[i+1, k] + ftmp[i, k], cw[i] + cw[i+1] + cbw[i+1, k] + btmp[i, k] -
-    cout[i+1, k])``: the forward computes the output beside the tape (and may drop it); the
-    backward adds ``g[i]`` beside ``g[i+1]``, the tape and ``x[i]``.
+    cout[i+1, k] - cfree[i, k])``: the forward computes the output beside the tape (and may drop
+    it); the backward adds ``g[i]`` beside ``g[i+1]``, the tape and the part of ``x[i]`` it
+    reads (``F_all(i)`` freed ``cfree[i, k]`` of it).
     """
     return max(cw[i + 1] + cbw[i + 1, k] + ftmp[i, k],
-               cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cout[i + 1, k])
+               cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cout[i + 1, k] - cfree[i, k])
 
 
 @njit(cache=True, inline="always")
-def chain_start(cw, cbw, cout, ftmp, btmp, peak_rest, i, l, mnull, k):
+def chain_start(cw, cbw, cgone, cfree, ftmp, btmp, peak_rest, i, l, mnull, k):
     """First feasible ``m`` of the chain option of ``(i, l)``, ``i < l``, with option ``k``.
 
     The chain option runs ``F_all(i)`` while the incoming gradient ``g[l+1]`` is held,
@@ -140,17 +153,21 @@ def chain_start(cw, cbw, cout, ftmp, btmp, peak_rest, i, l, mnull, k):
     were held: ``cw[i+1] + cbw[i+1] + ftmp[i]``. That undercounts when ``cw[l+1] >
     cw[i+1]`` (the schedule can overflow under the simulator) and overcounts when
     ``cw[l+1] < cw[i+1]`` (valid schedules, even "store everything", are missed).
+
+    Unread input leaves: after ``F_all(i)`` only ``cw[i] - cfree[i, k]`` of ``x[i]`` is held, and
+    by ``B(i)`` the sub-solve has cut ``tape[i]``'s copy of ``x[i+1]`` too (``cgone`` is
+    ``cfree[i+1, 0]`` where the output is in the tape, ``cout`` elsewhere).
     """
     return max(
         max(mnull, cw[l + 1] + cbw[i + 1, k] + ftmp[i, k]),
-        max(cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cout[i + 1, k],
-            cbw[i + 1, k] + peak_rest),
+        max(cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cgone[i + 1, k] - cfree[i, k],
+            cbw[i + 1, k] - cfree[i, k] + peak_rest),
     )
 
 
 @njit(cache=True)
-def fill_bounds(cw, cbw, cout, ftmp, btmp, lean_chain, lean_base, M, off, mnull, mmin, sat,
-                fneed):
+def fill_bounds(cw, cbw, cout, cgone, cfree, ftmp, btmp, lean_chain, lean_base, M, off, mnull,
+                mmin, sat, fneed):
     """Integer part of the DP, for every pair ``(i, l)`` (row ``off[i] + l - i``).
 
     ``mnull[row]``: Rotor's lower bound ``m∅ = cw[l+1] + max(cw[i+1] + ftmp[i],
@@ -164,6 +181,7 @@ def fill_bounds(cw, cbw, cout, ftmp, btmp, lean_chain, lean_base, M, off, mnull,
     """
     L = cw.shape[0] - 2
     K = cbw.shape[1]
+    lower = not (cfree > 0).any()  # m∅ bounds nothing once F_all cuts inputs (module docstring)
     ftmin = np.empty(L + 1, dtype=np.int64)
     for p in range(L + 1):
         ftmin[p] = ftmp[p, 0]
@@ -173,7 +191,7 @@ def fill_bounds(cw, cbw, cout, ftmp, btmp, lean_chain, lean_base, M, off, mnull,
         row = off[i]
         first, saturated = M + 1, M + 1
         for k in range(K):
-            t = base_threshold(cw, cbw, cout, ftmp, btmp, i, k)
+            t = base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k)
             first = min(first, t)
             if lean_base[i, k]:
                 saturated = min(saturated, t)
@@ -185,15 +203,15 @@ def fill_bounds(cw, cbw, cout, ftmp, btmp, lean_chain, lean_base, M, off, mnull,
         for l in range(i + 1, L + 1):
             fneed[i, l] = fx
             row = off[i] + (l - i)
-            mn = cw[l + 1] + mx
+            mn = cw[l + 1] + mx if lower else 0
             mnull[row] = mn
             rest = off[i + 1] + (l - i - 1)
             first, saturated = M + 1, M + 1
             for k in range(K):
-                start = chain_start(cw, cbw, cout, ftmp, btmp, mmin[rest], i, l, mn, k)
+                start = chain_start(cw, cbw, cgone, cfree, ftmp, btmp, mmin[rest], i, l, mn, k)
                 first = min(first, start)
                 if lean_chain[i, k]:
-                    saturated = min(saturated, max(start, cbw[i + 1, k] + sat[rest]))
+                    saturated = min(saturated, max(start, cbw[i + 1, k] - cfree[i, k] + sat[rest]))
             for j in range(i + 1, l + 1):
                 s = max(max(mn, cw[l + 1] + fneed[i, j]),
                         max(cw[j] + mmin[off[j] + (l - j)], mmin[off[i] + (j - 1 - i)]))
@@ -240,7 +258,7 @@ def _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, j0, j1):
 
 
 @njit(cache=True, inline="always")
-def _start_cell(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, l):
+def _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l):
     """Initialise a row: the base case ``F_all(i), B(i)`` if ``i == l``, else ``inf``.
 
     The base case's forward only builds the tape (``g[i+1]`` is held, nothing else reads
@@ -252,22 +270,22 @@ def _start_cell(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, l):
         opt[row, m] = inf
     if i == l:
         for k in range(cbw.shape[1]):
-            t = base_threshold(cw, cbw, cout, ftmp, btmp, i, k)
+            t = base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k)
             value = np.float32(ft[i, k] + bw[i, k])
             for m in range(t, M + 1):
                 opt[row, m] = _fmin32(value, opt[row, m])
 
 
 @njit(cache=True, inline="always")
-def _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l):
+def _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l):
     """Chain options of ``(i, l)``, ``i < l``: ``F_all(i)`` (option ``k``), solve ``(i+1, l)``,
     ``B(i)``."""
     row = off[i] + (l - i)
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
-        start = chain_start(cw, cbw, cout, ftmp, btmp, mmin[rest], i, l, mnull[row], k)
+        start = chain_start(cw, cbw, cgone, cfree, ftmp, btmp, mmin[rest], i, l, mnull[row], k)
         if start <= M:
-            shift = cbw[i + 1, k]
+            shift = cbw[i + 1, k] - cfree[i, k]
             value = np.float32(fw[i, k] + bw[i, k])
             b = opt[rest, start - shift:M + 1 - shift]
             out = opt[row, start:M + 1]
@@ -276,8 +294,8 @@ def _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l):
 
 
 @njit(cache=True)
-def fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, M, off, mnull, mmin, sat, fneed,
-                    block, opt):
+def fill_time_table(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cum, M, off, mnull, mmin,
+                    sat, fneed, block, opt):
     """Fill Rotor's table ``opt[row(i, l), m]`` for every ``0 <= i <= l <= L``, ``m <= M``.
 
     ``opt`` is float32 ``(pairs, M + 1)``; infeasible cells hold ``inf``. Needs the bounds of
@@ -293,16 +311,17 @@ def fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, M, off, mnull, m
         # Diagonal tile: every split j lies inside the tile; plain dependency order.
         for i in range(i_hi, i_lo - 1, -1):
             for l in range(i, i_hi + 1):
-                _start_cell(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, l)
+                _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
                 if i < l:
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, i + 1, l)
-                    _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l)
+                    _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i,
+                           l)
         for lb in range(ib + 1, nb):
             l_lo = lb * block
             l_hi = min(n, l_lo + block) - 1
             for i in range(i_lo, i_hi + 1):
                 for l in range(l_lo, l_hi + 1):
-                    _start_cell(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, l)
+                    _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
             # Splits i_hi < j <= l_lo only read rows of earlier tiles: j outermost, so the
             # operand rows (j, l_lo..l_hi) and (i_lo..i_hi, j-1) are reused from cache.
             for j in range(i_hi + 1, l_lo + 1):
@@ -326,24 +345,26 @@ def fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, M, off, mnull, m
                 for l in range(l_lo, l_hi + 1):
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, i + 1, i_hi)
                     _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, l_lo + 1, l)
-                    _chain(opt, cw, cbw, cout, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l)
+                    _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i,
+                           l)
 
 
 @njit(cache=True)
-def decide_base(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, m):
+def decide_base(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, m):
     """The option ``k`` of the base case ``(i, i)`` at ``m``, as ``-k`` (module docstring)."""
     row = off[i]
     if m < 0 or m > M:
         return NO_DECISION
     for k in range(cbw.shape[1]):
-        if m >= base_threshold(cw, cbw, cout, ftmp, btmp, i, k):
+        if m >= base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k):
             if np.float32(ft[i, k] + bw[i, k]) == opt[row, m]:
                 return -k
     return NO_DECISION
 
 
 @njit(cache=True)
-def decide(opt, cw, cbw, cout, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed, M, i, l, m):
+def decide(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed, M, i, l,
+           m):
     """The decision :func:`fill_time_table` took at ``(i, l, m)``, ``i < l``.
 
     Returns ``-k`` for the chain option with option ``k`` (0 for option 0), ``j > i`` for
@@ -357,8 +378,8 @@ def decide(opt, cw, cbw, cout, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed,
     best = opt[row, m]
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
-        if m >= chain_start(cw, cbw, cout, ftmp, btmp, mmin[rest], i, l, mnull[row], k):
-            v = np.float32(fw[i, k] + bw[i, k]) + opt[rest, m - cbw[i + 1, k]]
+        if m >= chain_start(cw, cbw, cgone, cfree, ftmp, btmp, mmin[rest], i, l, mnull[row], k):
+            v = np.float32(fw[i, k] + bw[i, k]) + opt[rest, m - cbw[i + 1, k] + cfree[i, k]]
             if v == best:
                 return -k
     for j in range(i + 1, l + 1):
@@ -371,12 +392,12 @@ def decide(opt, cw, cbw, cout, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed,
 
 
 @njit(cache=True)
-def trace_time_plan(opt, cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, off, mnull, mmin, fneed, M,
-                    m0):
+def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cum, off, mnull, mmin,
+                    fneed, M, m0):
     """Decisions of the optimal plan for ``(0, L)`` at memory ``m0``, in replay order.
 
     Walks the plan depth first without recursion: along a spine ``(i, l, m)`` a chain
-    decision ``-k`` moves to ``(i+1, l, m - cbw[i+1, k])``; a leaf decision ``j`` first
+    decision ``-k`` moves to ``(i+1, l, m - cbw[i+1, k] + cfree[i, k])``; a leaf decision ``j`` first
     solves the body ``(i, j-1, m)`` and then resumes at ``(j, l, m - cw[j])`` (kept on a
     stack). A spine ends at its base case ``(l, l)``, whose option is a decision too
     (none for the loss, ``l == L``). Returns the decisions in the order they are met; a
@@ -397,10 +418,10 @@ def trace_time_plan(opt, cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, off, mnull,
         m = stack[top, 2]
         while i <= l:
             if i < l:
-                d = decide(opt, cw, cbw, cout, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed,
-                           M, i, l, m)
+                d = decide(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, cum, off, mnull, mmin,
+                           fneed, M, i, l, m)
             elif l < L:
-                d = decide_base(opt, cw, cbw, cout, ftmp, btmp, ft, bw, off, M, i, m)
+                d = decide_base(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, m)
             else:
                 break
             if n_out == out.shape[0]:
@@ -414,7 +435,7 @@ def trace_time_plan(opt, cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, off, mnull,
             if i == l:
                 break
             if d <= 0:
-                m -= cbw[i + 1, -d]
+                m -= cbw[i + 1, -d] - cfree[i, -d]
                 i += 1
             else:
                 stack[top, 0] = d

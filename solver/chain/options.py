@@ -19,6 +19,10 @@ of the same name means for the whole tape:
 - ``bwd_time``, ``bwd_tmp``: the backward, the recomputation the option implies included,
   and its transient bytes; ``fwd_tmp``: the forward's transient bytes;
 - ``output_in_tape``: whether ``B(i)`` reads ``x[i+1]`` under option ``k``;
+- ``x_read_size`` (optional, default the chain's ``x_read_size`` for every option): the
+  bytes of ``x[i]`` that ``B(i)`` reads under option ``k`` (a policy that recomputes from
+  the input reads all of it); ``F_all(i)`` with option ``k`` frees the rest
+  (:class:`~solver.chain.chain.Chain`);
 - ``valid``: which entries exist (``valid[:, 0]`` is all true); absent entries are stored
   as zeros (``output_in_tape`` true) and never read;
 - ``names``: per layer, ``K`` names (``""`` where absent), ``names[i][0] == "everything"``
@@ -45,7 +49,8 @@ __all__ = ["LayerOptions", "LayerCosts", "layer_costs", "option_index", "MAX_OPT
 MAX_OPTIONS = 256  # options per layer; the simulator packs a tape's option in 8 bits
 
 FLOAT_FIELDS = ("xbar_size", "fwd_time", "fwd_tape_time", "bwd_time", "fwd_tmp", "bwd_tmp")
-_OPTIONAL = {"fwd_time", "fwd_tape_time", "fwd_tmp", "bwd_tmp", "output_in_tape", "name"}
+_OPTIONAL = {"fwd_time", "fwd_tape_time", "fwd_tmp", "bwd_tmp", "output_in_tape", "name",
+             "x_read_size"}
 _KEYS = set(FLOAT_FIELDS) | _OPTIONAL
 
 
@@ -96,6 +101,7 @@ class LayerOptions:
     output_in_tape: np.ndarray
     valid: np.ndarray
     names: tuple[tuple[str, ...], ...] | None = None
+    x_read_size: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         first = float_array(self.xbar_size, "LayerOptions.xbar_size")
@@ -117,6 +123,9 @@ class LayerOptions:
         object.__setattr__(self, "valid", valid)
         for name in FLOAT_FIELDS:
             object.__setattr__(self, name, _matrix(name, getattr(self, name), shape, valid))
+        if self.x_read_size is not None:
+            object.__setattr__(self, "x_read_size",
+                               _matrix("x_read_size", self.x_read_size, shape, valid))
         inside = _flags("output_in_tape", self.output_in_tape, shape) | ~valid
         inside.setflags(write=False)
         object.__setattr__(self, "output_in_tape", inside)
@@ -183,6 +192,7 @@ class LayerOptions:
         arrays = {name: np.zeros((L, K)) for name in FLOAT_FIELDS}
         inside = np.ones((L, K), dtype=bool)
         valid = np.zeros((L, K), dtype=bool)
+        read = np.zeros((L, K))
         names = [["everything"] + [""] * (K - 1) for _ in range(L)]
         for i, row in enumerate(extra):
             columns = [{}] + list(row)
@@ -204,10 +214,15 @@ class LayerOptions:
                         default = option.get("fwd_time", own["fwd_time"][i]) if k else default
                     arrays[name][i, k] = option.get(name, default) if k else own[name][i]
                 inside[i, k] = bool(option.get("output_in_tape", own["output_in_tape"][i]))
+                read[i, k] = option.get("x_read_size", chain.x_read_size[i]) if k else \
+                    chain.x_read_size[i]
                 valid[i, k] = True
                 if k:
                     names[i][k] = str(option.get("name", f"option {k}"))
-        return cls(output_in_tape=inside, valid=valid, names=tuple(map(tuple, names)), **arrays)
+        same = bool(np.all(read[valid] == np.broadcast_to(chain.x_read_size[:, None],
+                                                          read.shape)[valid]))
+        return cls(output_in_tape=inside, valid=valid, names=tuple(map(tuple, names)),
+                   x_read_size=None if same else np.where(valid, read, 0.0), **arrays)
 
     @classmethod
     def of_chain(cls, chain: "Chain") -> "LayerOptions":
@@ -234,6 +249,15 @@ class LayerOptions:
                     f"{name}[{i}] = {own[i]!r}: option 0 is the chain's own whole tape. Build the "
                     "options with LayerOptions.from_columns(chain, extra)."
                 )
+        if self.x_read_size is not None:
+            bad = np.flatnonzero(self.x_read_size[:, 0] != chain.x_read_size)
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(
+                    f"Chain.options.x_read_size[{i}, 0] = {float(self.x_read_size[i, 0])!r} "
+                    f"differs from the chain's x_read_size[{i}] = {float(chain.x_read_size[i])!r}: "
+                    "option 0 is the chain's own whole tape."
+                )
         short = np.argwhere(self.valid & (self.xbar_size < chain.x_size[1:, None]))
         if short.size:
             i, k = (int(v) for v in short[0])
@@ -245,7 +269,9 @@ class LayerOptions:
 
     def _key(self) -> tuple:
         return tuple(getattr(self, f.name).tobytes() for f in dataclasses.fields(self)
-                     if f.name != "names") + (self.valid.shape, self.names)
+                     if f.name not in ("names", "x_read_size")) + (
+            self.valid.shape, self.names,
+            None if self.x_read_size is None else self.x_read_size.tobytes())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, LayerOptions):

@@ -17,7 +17,7 @@ __all__ = ["fill_min_peak"]
 
 
 @njit(cache=True)
-def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, ft, peak, time, choice):
+def fill_min_peak(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, peak, time, choice):
     """Exact minimum peak ``P[i][l]`` over persistent schedules of ``(i, l)`` (float64).
 
     Base ``(i, i)``: the least over options ``k`` of :func:`~solver.chain.kernels.base_threshold`.
@@ -31,6 +31,7 @@ def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, ft, peak, time, choice):
     """
     L = peak.shape[0] - 1
     K = cbw.shape[1]
+    lower = not (cfree > 0).any()  # m∅ only without cut inputs (solver.chain.kernels)
     ftmin = np.empty(L + 1)
     for p in range(L + 1):
         ftmin[p] = ftmp[p, 0]
@@ -39,17 +40,17 @@ def fill_min_peak(cw, cbw, cout, ftmp, btmp, fw, bw, ft, peak, time, choice):
     for i in range(L, -1, -1):
         best, best_time, arg = np.inf, np.inf, 0
         for k in range(K):
-            v = base_threshold(cw, cbw, cout, ftmp, btmp, i, k)
+            v = base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k)
             t = ft[i, k] + bw[i, k]
             if v < best or (v == best and t < best_time):
                 best, best_time, arg = v, t, -k
         peak[i, i], time[i, i], choice[i, i] = best, best_time, arg
         mx = cw[i + 1] + ftmin[i]
         for l in range(i + 1, L + 1):
-            mnull = cw[l + 1] + mx
+            mnull = cw[l + 1] + mx if lower else 0.0
             best, best_time, arg = np.inf, np.inf, 0
             for k in range(K):
-                v = chain_start(cw, cbw, cout, ftmp, btmp, peak[i + 1, l], i, l, mnull, k)
+                v = chain_start(cw, cbw, cgone, cfree, ftmp, btmp, peak[i + 1, l], i, l, mnull, k)
                 t = fw[i, k] + bw[i, k] + time[i + 1, l]
                 if v < best or (v == best and t < best_time):
                     best, best_time, arg = v, t, -k

@@ -107,6 +107,8 @@ class _Padded:
     cw: np.ndarray  # L + 2
     cbw: np.ndarray  # (L + 2, K)
     cout: np.ndarray  # (L + 2, K): x_size[i+1] where option k's output is outside its tape
+    cgone: np.ndarray  # (L + 2, K): cout, or cfree[i+1, 0] where the output is in the tape
+    cfree: np.ndarray  # (L + 1, K): what F_all(i) with option k frees of x[i] (loss: 0)
     ftmp: np.ndarray  # (L + 1, K)
     btmp: np.ndarray  # (L + 1, K)
     fw: np.ndarray  # (L + 1, K)
@@ -130,10 +132,16 @@ def _padded(chain: Chain) -> _Padded:
                   for f in ("fwd_time", "bwd_time", "fwd_tape_time"))
     lowest = np.where(valid, bw + np.minimum(fw, ft + fw[:, :1]), np.inf).min(axis=1)
     base = np.where(valid, ft + bw, np.inf)
+    cfree = rows(chain.option_x_free, False, 0.0)
+    # Where layer i's output is in its tape, every option of layer i+1 frees the same part
+    # of x[i+1] (Chain checks it): column 0 says how much.
+    gone = np.where(table.output_in_tape, cfree[1:, :1], chain.x_size[1:, None])
     return _Padded(
         cw=np.concatenate([chain.x_size, np.zeros(1)]),
         cbw=rows(table.xbar_size, True, np.inf),
         cout=rows(x_out, True, 0.0),
+        cgone=rows(gone, True, 0.0),
+        cfree=cfree,
         ftmp=rows(table.fwd_tmp, False, np.inf),
         btmp=rows(table.bwd_tmp, False, np.inf),
         fw=fw,
@@ -218,7 +226,8 @@ def _min_peak(chain: Chain) -> tuple[float, np.ndarray]:
     peak = np.empty((n, n), dtype=np.float64)
     time = np.empty((n, n), dtype=np.float64)
     choice = np.empty((n, n), dtype=np.int64)
-    fill_min_peak(p.cw, p.cbw, p.cout, p.ftmp, p.btmp, p.fw, p.bw, p.ft, peak, time, choice)
+    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, p.cfree, p.ftmp, p.btmp, p.fw, p.bw, p.ft, peak,
+                  time, choice)
     return float(p.cw[0] + peak[0, chain.length]), choice
 
 
@@ -293,6 +302,10 @@ class RotorTable:
         # B(i) holds tape[i] without x[i+1] when the output is outside the tape: round that
         # tape up on its own (cbw - cout >= its real size), not the difference of roundings.
         cout = cbw - _to_units(p.cbw - p.cout, unit, cap)
+        # What F_all(i) frees of x[i] is rounded down (never over-credited); so is what the
+        # chain option's B(i) no longer holds of tape[i].
+        cfree = np.floor(p.cfree / unit).astype(np.int64)
+        cgone = np.where(p.cout > 0, cout, np.floor(p.cgone / unit)).astype(np.int64)
         # Times in float32, scaled by a power of two (exact) so that the largest op time is
         # in [0.5, 1): no overflow, and integer times stay exact.
         largest = float(max(p.fw.max(), p.bw.max()))
@@ -308,13 +321,13 @@ class RotorTable:
         mmin = np.empty(pairs, dtype=np.int64)
         sat = np.empty(pairs, dtype=np.int64)
         fneed = np.zeros((n, n + 1), dtype=np.int64)
-        kernels.fill_bounds(cw, cbw, cout, ftmp, btmp, p.lean_chain, p.lean_base, capacity, off,
-                            mnull, mmin, sat, fneed)
+        kernels.fill_bounds(cw, cbw, cout, cgone, cfree, ftmp, btmp, p.lean_chain, p.lean_base,
+                            capacity, off, mnull, mmin, sat, fneed)
         opt = np.empty((pairs, capacity + 1), dtype=np.float32)
-        kernels.fill_time_table(cw, cbw, cout, ftmp, btmp, fw, bw, ft, cum, capacity, off, mnull,
-                                mmin, sat, fneed, kernels.block_size(capacity), opt)
-        arrays = dict(cw=cw, cbw=cbw, cout=cout, ftmp=ftmp, btmp=btmp, fw=fw, bw=bw, ft=ft,
-                      cum=cum, off=off, mnull=mnull, mmin=mmin, fneed=fneed, opt=opt,
+        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cum, capacity,
+                                off, mnull, mmin, sat, fneed, kernels.block_size(capacity), opt)
+        arrays = dict(cw=cw, cbw=cbw, cout=cout, cgone=cgone, cfree=cfree, ftmp=ftmp, btmp=btmp,
+                      fw=fw, bw=bw, ft=ft, cum=cum, off=off, mnull=mnull, mmin=mmin, fneed=fneed, opt=opt,
                       scale=scale)
         object.__setattr__(self, "max_budget", budget)
         object.__setattr__(self, "unit", unit)
@@ -357,7 +370,8 @@ class RotorTable:
         row = int(a["off"][0] + self.chain.length)
         if m < a["mmin"][row]:
             return None
-        decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["ftmp"],
+        decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["cgone"],
+                                            a["cfree"], a["ftmp"],
                                             a["btmp"], a["fw"], a["bw"], a["ft"], a["cum"],
                                             a["off"], a["mnull"], a["mmin"], a["fneed"],
                                             self.capacity, m)

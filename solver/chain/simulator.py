@@ -42,6 +42,14 @@ and charges that option's ``xbar_size``, ``output_in_tape``, ``fwd_time`` /
 ``B(i)`` charges its ``bwd_time`` and ``bwd_tmp`` and frees its tape size (as do
 ``F_none(i+1)`` and early drops). ``F_ck`` and ``F_none`` cost the chain's own fields.
 
+Unread input leaves (``Chain.x_read_size``): once ``F_all(i)`` has run (its forward read all
+of ``x[i]``), ``x[i]`` is cut to the part ``B(i)`` reads, freeing ``option_x_free[i, k]``
+bytes (``k`` the option of that ``F_all``): the
+copy stored on its own if there is one, else the one inside ``tape[i-1]``. A cut ``x[i]``
+serves ``B(i)`` but no forward, and is freed as ``x_size[i]`` less those bytes (its tape
+as ``tape_size[i-1]`` less them). In a plan nothing but ``B(i)`` reads ``x[i]`` after
+``F_all(i)``, so every plan stays valid.
+
 Storing a value that is already stored is an invalid sequence, like a missing input.
 The state is a small immutable record of bitmasks so that exhaustive searches can hash it.
 
@@ -76,6 +84,9 @@ class MemoryState:
 
     ``tape_options`` holds, in bits ``8 i .. 8 i + 7``, the option ``tape[i]`` was built with
     (0, the whole tape, when the chain has no options), so equal states compare equal.
+    Bit ``k`` of ``cut`` says ``x[k]`` was cut to its read part by ``F_all(k)`` (the copy
+    on its own if stored, else the one in ``tape[k-1]``); ``cut_options`` packs the option
+    of that ``F_all`` like ``tape_options`` (what it freed: ``Chain.option_x_free``).
     """
 
     x: int
@@ -83,6 +94,14 @@ class MemoryState:
     g: int
     memory: float
     tape_options: int = 0
+    cut: int = 0
+    cut_options: int = 0
+
+    def cut_size(self, chain: Chain, k: int) -> float:
+        """Bytes ``F_all(k)`` freed of ``x[k]`` if it cut it, else 0."""
+        if not self.cut >> k & 1:
+            return 0.0
+        return float(chain.option_x_free[k, self.cut_options >> (8 * k) & 0xFF])
 
     def option(self, i: int) -> int:
         """The option of ``tape[i]`` (meaningful while it is stored)."""
@@ -148,11 +167,14 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
     elif not 0 <= i < L:
         raise ValueError(f"Op {op!r}: layer index out of range 0..{L - 1}.")
     x, tape, g, mem, options = state.x, state.tape, state.g, state.memory, state.tape_options
+    cut, cuts = state.cut, state.cut_options
     xs, flags = chain.x_size, _flags(chain)
 
     if kind in (OpKind.F_ALL, OpKind.F_CK, OpKind.F_NONE):
         if not state.has_x(i, flags):
             raise ValueError(f"Op {op!r}: x[{i}] is not available.")
+        if cut >> i & 1:
+            raise ValueError(f"Op {op!r}: x[{i}] was cut to the part B({i}) reads.")
         if kind is OpKind.F_ALL:
             try:
                 k = option_index(chain, i, op[2]) if len(op) == 3 else 0
@@ -174,9 +196,14 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
                     mem += xs[i + 1]
             time = cost.fwd_tape_time if last_use else cost.fwd_time
             options = options & ~(0xFF << 8 * i) | k << 8 * i
-            return (MemoryState(x, tape | 1 << i, g, mem, options),
-                    mem + dropped + cost.fwd_tmp, time)
-        if x >> (i + 1) & 1:
+            peak = mem + dropped + cost.fwd_tmp
+            freed = chain.option_x_free[i, k]
+            if freed > 0:  # only B(i) reads x[i] from here on
+                cut |= 1 << i
+                cuts = cuts & ~(0xFF << 8 * i) | k << 8 * i
+                mem -= freed
+            return MemoryState(x, tape | 1 << i, g, mem, options, cut, cuts), peak, time
+        if x >> (i + 1) & 1 or cut >> (i + 1) & 1:
             raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
         mem += xs[i + 1]
         peak = mem + chain.fwd_tmp[i]
@@ -189,7 +216,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
                 tape &= ~(1 << (i - 1))
                 mem -= _stored_tape(chain, state, i - 1).tape_size
                 options &= ~(0xFF << 8 * (i - 1))
-        return MemoryState(x, tape, g, mem, options), peak, chain.fwd_time[i]
+        return MemoryState(x, tape, g, mem, options, cut, cuts), peak, chain.fwd_time[i]
 
     if kind is OpKind.LOSS:
         if not state.has_x(L, flags):
@@ -202,7 +229,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
         if x >> L & 1:
             x &= ~(1 << L)
             mem -= xs[L]
-        return MemoryState(x, tape, g, mem, options), peak, 0.0
+        return MemoryState(x, tape, g, mem, options, cut, cuts), peak, 0.0
 
     # Backward B(i).
     missing = [
@@ -221,12 +248,33 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
     g = (g | 1 << i) & ~(1 << (i + 1))
     mem -= xs[i + 1]
     tape &= ~(1 << i)
-    mem -= cost.tape_size
+    mem -= cost.tape_size - _cut_in_tape(chain, state, i + 1)
     options &= ~(0xFF << 8 * i)
+    if i + 1 < L and not x >> (i + 1) & 1:
+        cut &= ~(1 << (i + 1))
     if x >> i & 1:
         x &= ~(1 << i)
-        mem -= xs[i]
-    return MemoryState(x, tape, g, mem, options), peak, cost.bwd_time
+        mem -= xs[i] - state.cut_size(chain, i)
+        cut &= ~(1 << i)
+    return MemoryState(x, tape, g, mem, options, cut, _kept(cuts, cut)), peak, cost.bwd_time
+
+
+def _kept(cuts: int, cut: int) -> int:
+    """``cut_options`` with the bytes of the values no longer cut cleared."""
+    kept, k = 0, 0
+    while cut >> k:
+        if cut >> k & 1:
+            kept |= cuts & 0xFF << 8 * k
+        k += 1
+    return kept
+
+
+def _cut_in_tape(chain: Chain, state: MemoryState, k: int) -> float:
+    """Bytes already freed from ``tape[k-1]``: what ``F_all(k)`` freed if it cut the copy of
+    ``x[k]`` that tape holds (none stored on its own)."""
+    if k >= chain.length or state.x >> k & 1:
+        return 0.0
+    return state.cut_size(chain, k)
 
 
 def drop(chain: Chain, state: MemoryState, value: tuple[str, int]) -> MemoryState:
@@ -238,11 +286,21 @@ def drop(chain: Chain, state: MemoryState, value: tuple[str, int]) -> MemoryStat
     mask = getattr(state, name)
     if not mask >> k & 1:
         raise ValueError(f"Cannot drop {name}[{k}]: it is not stored.")
-    size = _stored_tape(chain, state, k).tape_size if name == "tape" else chain.x_size[k]
+    cut = state.cut
+    if name == "tape":
+        size = _stored_tape(chain, state, k).tape_size - _cut_in_tape(chain, state, k + 1)
+        if k + 1 < chain.length and not state.x >> (k + 1) & 1:
+            cut &= ~(1 << (k + 1))
+    elif name == "x":
+        size = chain.x_size[k] - state.cut_size(chain, k)
+        cut &= ~(1 << k)
+    else:
+        size = chain.x_size[k]
     fields = {"x": state.x, "tape": state.tape, "g": state.g}
     fields[name] = mask & ~(1 << k)
     options = state.tape_options & ~(0xFF << 8 * k) if name == "tape" else state.tape_options
-    return MemoryState(memory=state.memory - size, tape_options=options, **fields)
+    return MemoryState(memory=state.memory - size, tape_options=options, cut=cut,
+                       cut_options=_kept(state.cut_options, cut), **fields)
 
 
 def memory_trace(chain: Chain, ops: Iterable[Op]) -> list[tuple[Op, float, float]]:
