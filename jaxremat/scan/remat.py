@@ -33,6 +33,7 @@ batch``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any, Callable
@@ -214,6 +215,17 @@ def _measured(layer: Callable, params: Any, x: Any, length: int,
     return activation_memory(loss, params, x)
 
 
+def _whole_inputs(chain: Chain) -> Chain:
+    """``chain`` with every backward reading all of its input (``Chain.x_read_size`` at its
+    default, for every option): a scan carries whole activations between its iterations, and
+    the segment replay (:mod:`jaxremat.scan.simulate`) records no inputs cut by ``F_all``, so
+    remat_scan plans conservatively, as before the field."""
+    options = chain.options
+    if options is not None and options.x_read_size is not None:
+        options = dataclasses.replace(options, x_read_size=None)
+    return dataclasses.replace(chain, x_read_size=None, options=options)
+
+
 class RematScan:
     """``layer`` scanned over stacked parameters under a memory budget (module docstring).
 
@@ -311,7 +323,7 @@ class RematScan:
                                    costs=self._costs, progress=False, input_grad=True,
                                    policies=self._policies)
         self.profile_count += 1
-        chain = profile.chain
+        chain = _whole_inputs(profile.chain)
         param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
         margin = functools.partial(loop_margin, chain, param_bytes=param_bytes / batch)
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
