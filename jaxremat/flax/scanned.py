@@ -46,7 +46,6 @@ on tests/test_flax_scanned.py's model).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 from typing import Any
@@ -56,6 +55,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ..budget import check_budget
+from ..lru import LRU
 from ..scan.remat import RematScan, ScanPlan, remat_scan
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
@@ -63,8 +63,8 @@ from .nnx import call_with_convention, shared_function
 
 __all__ = ["ScannedPlan", "is_scanned_stack", "plan_scanned", "run_scanned"]
 
-_CACHE_SIZE = 128
-_scans: "collections.OrderedDict[tuple, RematScan]" = collections.OrderedDict()
+_SCANS = LRU(128)
+"""One :class:`RematScan` per block definition, settings (and plan budget): bounded, locked."""
 
 
 def is_scanned_stack(blocks: Any) -> bool:
@@ -199,10 +199,7 @@ def _scanned_layer(graphdef: Any, impls: tuple, layer_params: tuple, carry: tupl
 
 
 def _remember(key: tuple, scan: RematScan) -> RematScan:
-    _scans[key] = scan
-    _scans.move_to_end(key)
-    if len(_scans) > _CACHE_SIZE:
-        _scans.popitem(last=False)
+    _SCANS.put(key, scan)
     return scan
 
 
@@ -213,7 +210,7 @@ def _remat_scan(stack: _Stack, budget: Any, method: str, costs: str, policies: A
     share such as ``"50%"``, or the whole-step fit's) finds the ``RematScan`` that made the
     plan: the same choice, not planned and measured again."""
     key = (stack.graphdef, stack.impls, budget, method, costs, policies)
-    scan = _scans.get(key + (inputs,)) or _scans.get(key)
+    scan = _SCANS.get(key + (inputs,)) or _SCANS.get(key)
     if scan is None:
         layer = shared_function(("scanned", stack.graphdef, stack.impls), lambda: functools.partial(
             _scanned_layer, stack.graphdef, stack.impls))  # one profile per block definition
