@@ -10,6 +10,11 @@
 #   bash benchmarks/gpu_checks.sh examples   # the examples with --large
 #   bash benchmarks/gpu_checks.sh mlp        # mlp_linen --large alone (after its fix)
 #   bash benchmarks/gpu_checks.sh tests      # the JAX-facing tests, on the GPU
+#   bash benchmarks/gpu_checks.sh scangpt    # scan_depth.py --gpt: 24 scanned GPT-2 blocks (issue 18.5)
+#   bash benchmarks/gpu_checks.sh offload    # offload.py: measured bandwidth, host memory (17.4)
+#   bash benchmarks/gpu_checks.sh policies   # policies.py gpt_blocks: step time, compiled temp (17.6)
+#   bash benchmarks/gpu_checks.sh policies2  # policies.py gpt and conv, two fractions
+#   bash benchmarks/gpu_checks.sh envq       # versions and the device, no demo
 #
 # Each part writes its log to $OUT/<part>.log (or benchmarks/gpu_logs/ when OUT is unset)
 # and runs from the repository root with the machine's own JAX (no install: the device has
@@ -95,6 +100,28 @@ part_mlp() {
 part_tests() {
     step 420 $PY -m pytest -q -p no:cacheprovider -n 0 tests/test_sequence.py tests/test_apply.py \
         tests/test_profile.py tests/test_device.py tests/test_flax_nnx.py tests/test_remat_graph.py
+}
+
+part_envq() {  # versions and the device only (part_env without the demo)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    $PY -c "import sys, jax, flax, optax, numba, scipy; print(sys.version.split()[0], 'jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'numba', numba.__version__, 'scipy', scipy.__version__); print(jax.devices(), [m.kind for m in jax.devices()[0].addressable_memories()])"
+}
+
+part_scangpt() {
+    step 200 $PY benchmarks/scan_depth.py --gpt --gpt-shape 24,512,8,8,256
+}
+
+part_offload() {
+    step 130 $PY benchmarks/offload.py --model gpt --scale 64 --fractions 0.2,0.3,0.5
+}
+
+part_policies() {  # the GPT made of whole blocks: what the issue's claims are about
+    step 150 $PY benchmarks/policies.py --models gpt_blocks --scale 32
+}
+
+part_policies2() {  # the other stacks, fewer budgets (what a 10-minute call leaves)
+    step 120 $PY benchmarks/policies.py --models gpt --scale 64 --fractions 0.25,0.6
+    step 100 $PY benchmarks/policies.py --models conv --scale 64 --fractions 0.25,0.6
 }
 
 for part in "${@:-env}"; do

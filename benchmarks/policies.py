@@ -1,7 +1,8 @@
 """Uniform ``jax.checkpoint`` policies against jaxremat's per-layer choice, at equal memory.
 
     python benchmarks/policies.py [--models gpt,mlp,conv,gpt_blocks] [--costs flops|static]
-        [--fractions 0.25,0.4,0.6,0.8] [--policies default|none] [--bare]
+        [--fractions 0.25,0.4,0.6,0.8] [--policies default|none] [--bare] [--scale N]
+        [--device-columns auto|on|off]
 
 For each model (``gpt``, ``mlp``, ``conv``: the builders of ``benchmarks/jax_memory.py``;
 ``gpt_blocks``: a GPT-2-style decoder written here as a user would, each whole block one
@@ -31,6 +32,13 @@ plan's overhead, the dynamic program's optimum at the same budget with 5000 slot
 the cheapest fitting uniform policy's predicted overhead; where even the optimum is above
 that half, no mix of the menu's options reaches the target in the model.
 ``--bare`` adds jaxremat's flops with ``policies=()`` (the whole tape only).
+
+On a GPU (``--device-columns auto``; ``on`` also runs them on CPU, where they mean nothing:
+XLA's CPU compiler undoes remat) each row adds, for the cheapest fitting uniform policy and
+for jaxremat, the compiled temp memory of the jitted ``value_and_grad``
+(``Compiled.memory_analysis().temp_size_in_bytes``: activations and XLA's workspace) and its
+median step time, and jaxremat's step time over that policy's. ``--scale N`` multiplies every
+model's batch size (GPU runs use 16-64: at scale 1 a step is a few microseconds of kernels).
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import solver  # noqa: E402
-from jax_memory import MODELS, _flops, _loss, _plain  # noqa: E402
+from jax_memory import MODELS, _flops, _loss, _plain, compiled_columns  # noqa: E402
 from jaxremat import activation_memory, remat_sequence  # noqa: E402
 from jaxremat.sequence.options import option_aliases  # noqa: E402
 
@@ -92,8 +100,9 @@ def gpt2_block(p, x, n_head=4):
     return x + dense(p["mlp"]["c_proj"], h)
 
 
-def gpt_blocks_model(n_layer=8, n_embd=128, batch=4, seq=128, seed=3):
-    """``n_layer`` GPT-2 blocks (each a layer of the sequence) and a batch of embeddings."""
+def gpt_blocks_model(scale=1, n_layer=8, n_embd=128, batch=4, seq=128, seed=3):
+    """``n_layer`` GPT-2 blocks (each a layer of the sequence) and a batch of
+    ``batch * scale`` sequences of embeddings."""
     keys = iter(jax.random.split(jax.random.key(seed), 4 * n_layer + 1))
 
     def linear(n_in, n_out, scale=0.02):
@@ -106,7 +115,7 @@ def gpt_blocks_model(n_layer=8, n_embd=128, batch=4, seq=128, seed=3):
                "attn": {"c_attn": linear(n_embd, 3 * n_embd), "c_proj": linear(n_embd, n_embd)},
                "mlp": {"c_fc": linear(n_embd, 4 * n_embd), "c_proj": linear(4 * n_embd, n_embd)}}
               for _ in range(n_layer)]
-    x = jax.random.normal(next(keys), (batch, seq, n_embd))
+    x = jax.random.normal(next(keys), (batch * scale, seq, n_embd))
     return [gpt2_block] * n_layer, params, x
 
 
@@ -153,6 +162,23 @@ def measure(run, params, x):
     return activation_memory(loss, params, x), _flops(loss, params, x)
 
 
+def device_columns(run, params, x) -> tuple[int, float]:
+    """``(compiled temp bytes, median step seconds)`` of the jitted ``value_and_grad``
+    through ``run`` (:func:`jax_memory.compiled_columns`)."""
+    _, temp, step = compiled_columns(_loss(run), params, x)
+    return temp, step
+
+
+def _device_cells(uniform_cols, jaxremat_cols) -> list[str]:
+    """The GPU cells: the cheapest fitting policy's temp MiB and step ms, jaxremat's, and
+    jaxremat's step time over that policy's."""
+    cells = ["-", "-"] if uniform_cols is None else [
+        f"{uniform_cols[0] / 2**20:.1f}", f"{uniform_cols[1] * 1e3:.2f}"]
+    cells += [f"{jaxremat_cols[0] / 2**20:.1f}", f"{jaxremat_cols[1] * 1e3:.2f}"]
+    cells.append("-" if uniform_cols is None else f"{jaxremat_cols[1] / uniform_cols[1]:.3f}")
+    return cells
+
+
 def _without_options(layers, budget, args, params, x, plain_flops) -> str:
     """jaxremat's flops (x plain) at ``budget`` with the whole tape only (before issue 17)."""
     try:
@@ -175,14 +201,16 @@ def _targets(ratio, mem, budget, best, at_uniform) -> tuple[str, str]:
 
 
 def model_table(name, args):
-    layers, params, x = BUILDERS[name]()
+    layers, params, x = BUILDERS[name](args.scale)
     plain_mem, plain_flops = measure(uniform(layers, None), params, x)
-    print(f"\n## {name}: {len(layers)} layers; plain: activation memory {plain_mem / 2**20:.2f} "
-          f"MiB, flops {plain_flops:.4g}")
-    rows = {}
+    print(f"\n## {name}: {len(layers)} layers, input {tuple(x.shape)}; plain: activation "
+          f"memory {plain_mem / 2**20:.2f} MiB, flops {plain_flops:.4g}")
+    rows, device = {}, {}
     for policy_name, policy in UNIFORM.items():
         mem, flops = measure(uniform(layers, policy), params, x)
         rows[policy_name] = (mem, flops / plain_flops)
+        if args.gpu:
+            device[policy_name] = device_columns(uniform(layers, policy), params, x)
     budgets = [(f"= {n}", rows[n][0], True) for n in UNIFORM]
     policies = None if args.policies == "default" else ()
     # the chain's own prediction of each uniform plan: at that budget the DP can take it
@@ -194,8 +222,10 @@ def model_table(name, args):
     print("\n| budget | memory (% plain) | cheapest fitting uniform policy | its flops x plain "
           "| jaxremat memory (% plain) | jaxremat flops x plain | options used | source "
           "| <= cheapest | <= half its overhead | model overhead: plan / 5000 slots / half "
-          "target |" + (" without options |" if args.bare else ""))
-    print("|---" * (11 + args.bare) + "|")
+          "target |" + (" without options |" if args.bare else "")
+          + (" its temp MiB | its step ms | jaxremat temp MiB | jaxremat step ms "
+             "| step / its |" if args.gpu else ""))
+    print("|---" * (11 + args.bare + 5 * args.gpu) + "|")
     for label, budget, at_uniform in sorted(budgets, key=lambda b: b[1]):
         fitting = [(f, n) for n, (m, f) in rows.items() if m <= budget]
         best = min(fitting) if fitting else None
@@ -206,7 +236,8 @@ def model_table(name, args):
         try:
             mem, flops = measure(seq, params, x)
         except solver.InfeasibleBudget as error:
-            cells += [f"infeasible (min {error.min_budget / plain_mem:.1%})"] + ["-"] * (6 + args.bare)
+            cells += ([f"infeasible (min {error.min_budget / plain_mem:.1%})"]
+                      + ["-"] * (6 + args.bare + 5 * args.gpu))
             print("| " + " | ".join(cells) + " |")
             continue
         ratio = flops / plain_flops
@@ -217,14 +248,21 @@ def model_table(name, args):
                   model_overheads(plan, predictions[best[1]] if best else None)]
         if args.bare:
             cells.append(_without_options(layers, budget, args, params, x, plain_flops))
+        if args.gpu:
+            cells += _device_cells(device[best[1]] if best else None,
+                                   device_columns(seq, params, x))
         print("| " + " | ".join(cells) + f" |   ({time.perf_counter() - start:.1f} s)")
     print("\nuniform policies: measured memory and flops, and the chain's predicted peak of "
           "the same plan (why jaxremat may not reach it at that budget):")
     for policy_name, (mem, flops) in rows.items():
         predicted = predictions[policy_name].peak
         text = f"{predicted / plain_mem:6.1%} ({predicted / mem:.3f}x measured)"
+        gpu = ""
+        if args.gpu:
+            temp, step = device[policy_name]
+            gpu = f"; compiled temp {temp / 2**20:.1f} MiB, step {step * 1e3:.2f} ms"
         print(f"  {policy_name:>14}: memory {mem / plain_mem:6.1%} of plain, flops {flops:.3f}x; "
-              f"predicted {text}")
+              f"predicted {text}{gpu}")
 
 
 def main() -> None:
@@ -238,13 +276,20 @@ def main() -> None:
                         help="jaxremat's menu: the default, or none (the whole tape only)")
     parser.add_argument("--bare", action="store_true",
                         help="add jaxremat's flops with policies=() (the whole tape only)")
+    parser.add_argument("--scale", type=int, default=1, help="multiplies the batch size")
+    parser.add_argument("--device-columns", choices=("auto", "on", "off"), default="auto",
+                        help="compiled temp memory and step time: auto = on a GPU/TPU only")
     args = parser.parse_args()
+    args.gpu = {"auto": jax.devices()[0].platform != "cpu", "on": True,
+                "off": False}[args.device_columns]
     unknown = set(args.models.split(",")) - set(BUILDERS)
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {sorted(BUILDERS)}")
     print(f"JAX {jax.__version__}, backend {jax.default_backend()}; costs={args.costs!r}, "
           f"menu={args.policies}; memory: activation_memory (program order), flops: "
-          "lowered cost_analysis of value_and_grad")
+          "lowered cost_analysis of value_and_grad"
+          + (f"; device {jax.devices()[0].device_kind}: compiled temp memory and median step "
+             "time of the jitted value_and_grad" if args.gpu else ""))
     for name in args.models.split(","):
         model_table(name, args)
 

@@ -21,6 +21,16 @@ a scan body times its length): ``Lowered.cost_analysis()`` counts a loop body on
 its trip count (a plain scan of 8 or 32 layers reports the same flops). CPU figures: XLA's
 CPU compiler undoes remat, so memory is the meter's, never XLA's.
     python benchmarks/scan_depth.py [--quick]
+    python benchmarks/scan_depth.py --gpt [--gpt-shape 24,512,8,8,256] [--device-columns on]
+
+``--gpt`` measures instead a GPT-2-style decoder of 24 blocks (``policies.py``'s
+``gpt2_block``: pre-LayerNorm causal attention and a 4x GELU MLP) scanned over stacked
+parameters: the plain scan, the scan with each uniform policy, ``remat_scan`` at each
+policy's memory and at 25/50/75%, and the unrolled ``remat_sequence`` at 50%. Columns: memory
+(meter, % of the plain scan), flops (counted on the jaxpr, x plain scan), trace + compile wall
+seconds of the jitted ``value_and_grad`` (planning excluded), and on a GPU (``--device-columns auto``) the compiled temp memory
+(``memory_analysis().temp_size_in_bytes``) and the median step time of the jitted gradient.
+``--gpt-shape`` is depth, width, heads, batch, sequence length.
 """
 
 from __future__ import annotations
@@ -35,12 +45,14 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jaxremat  # noqa: E402
 import solver  # noqa: E402
 from jax.extend.core import ClosedJaxpr, Jaxpr  # noqa: E402
 
 from jaxremat.measure.dataflow import equation_flops  # noqa: E402
+from jaxremat.measure.timing import median_time  # noqa: E402
 from jaxremat.scan.remat import program_size  # noqa: E402
 from jaxremat.sequence.profile import profile_cache  # noqa: E402
 
@@ -206,10 +218,84 @@ def budget_table(depths):
                   f"{plan.gap_to_rotor:+.1%}]")
 
 
+def gpt_stack(depth, width, heads, batch, seq):
+    """The GPT-2 block (``policies.gpt2_block`` with ``heads`` heads), ``depth`` blocks'
+    parameters stacked on axis 0, and a batch of embeddings."""
+    from policies import gpt_blocks_model, gpt2_block
+
+    _, params, x = gpt_blocks_model(n_layer=depth, n_embd=width, batch=batch, seq=seq)
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *params)
+    return (lambda p, h: gpt2_block(p, h, n_head=heads)), stacked, x
+
+
+def gpt_table(shape, gpu):
+    """Memory, flops, compile time and (``gpu``) compiled temp memory and step time of the
+    scanned GPT's gradient under each method (module docstring)."""
+    depth, width, heads, batch, seq = shape
+    layer, params, x = gpt_stack(depth, width, heads, batch, seq)
+
+    def scan_of(policy=None):
+        body = layer if policy is None else jax.checkpoint(
+            layer, policy=getattr(jax.checkpoint_policies, policy), prevent_cse=False)
+        return lambda p, h: jax.lax.scan(lambda c, q: (body(q, c), None), h, p)[0]
+
+    plain = scan_of()
+    plain_mem, plain_flops = memory(plain, params, x), flops(plain, params, x)
+    print(f"\nGPT-2 blocks scanned: depth {depth}, width {width}, heads {heads}, batch {batch}, "
+          f"sequence {seq}; plain scan: memory {plain_mem / 2**20:.1f} MiB (meter), flops "
+          f"{plain_flops:.4g}")
+    rows = [("scan", plain, None)] + [(f"scan+{p}", scan_of(p), None) for p in POLICIES]
+    policy_mem = {name: memory(fn, params, x) for name, fn, _ in rows[1:]}
+    budgets = [(f"= {name[5:]}", mem) for name, mem in policy_mem.items()]
+    budgets += [(share, share) for share in ("25%", "50%", "75%")]
+    for label, budget in budgets:
+        fn = jaxremat.remat_scan(layer, budget, costs=COSTS)
+        try:
+            plan = fn.plan(params, x)
+        except solver.InfeasibleBudget as error:
+            print(f"remat_scan {label}: infeasible (needs {error.min_budget / 2**20:.1f} MiB)")
+            continue
+        rows.append((f"remat_scan {label}", fn, f"{plan.member}; {plan.option_name}"))
+    unrolled_seq = jaxremat.remat_sequence([layer] * depth, int(0.5 * plain_mem), costs=COSTS)
+    rows.append(("remat_sequence 50% (unrolled)",
+                 lambda p, h: unrolled_seq([jax.tree.map(lambda a, i=i: a[i], p)
+                                            for i in range(depth)], h), None))
+    header = (f"{'method':<44} {'memory %':>9} {'flops x':>8} {'compile s':>9}"
+              + (f" {'temp MiB':>9} {'step ms':>8} {'step x scan':>11}" if gpu else ""))
+    print(header + "   plan")
+    print("-" * (len(header) + 7))
+    plain_step = None
+    for name, fn, note in rows:
+        loss = loss_of(fn)
+        start = time.perf_counter()
+        compiled = jax.jit(jax.value_and_grad(loss)).lower(params, x).compile()
+        seconds = time.perf_counter() - start
+        line = (f"{name:<44} {memory(fn, params, x) / plain_mem:>9.1%} "
+                f"{flops(fn, params, x) / plain_flops:>8.3f} {seconds:>9.2f}")
+        if gpu:
+            temp = compiled.memory_analysis().temp_size_in_bytes
+            step = median_time(compiled, (params, x), repeats=10)
+            plain_step = plain_step or step
+            line += f" {temp / 2**20:>9.1f} {step * 1e3:>8.2f} {step / plain_step:>11.3f}"
+        print(line + (f"   [{note}]" if note else ""), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="L in {8, 16, 32} only")
+    parser.add_argument("--gpt", action="store_true", help="the scanned 24-block GPT table only")
+    parser.add_argument("--gpt-shape", default="24,512,8,8,256",
+                        type=lambda s: tuple(int(v) for v in s.split(",")),
+                        help="depth,width,heads,batch,sequence of --gpt")
+    parser.add_argument("--device-columns", choices=("auto", "on", "off"), default="auto")
     args = parser.parse_args()
+    if args.gpt:
+        gpu = {"auto": jax.devices()[0].platform != "cpu", "on": True,
+               "off": False}[args.device_columns]
+        print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), JAX "
+              f"{jax.__version__}; costs={COSTS!r}")
+        gpt_table(args.gpt_shape, gpu)
+        return
     depths = (8, 16, 32) if args.quick else (8, 16, 32, 64, 128)
     print(f"backend {jax.default_backend()} (memory from the meter, flops counted on the "
           f"jaxpr), JAX {jax.__version__}, width {WIDTH}, batch {BATCH}; budget table with "
