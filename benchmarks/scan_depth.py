@@ -74,9 +74,11 @@ def stack(L):
             "b": jnp.zeros((L, WIDTH))}
 
 
-def scanned(policy=None):
-    body = block if policy is None else jax.checkpoint(
-        block, policy=getattr(jax.checkpoint_policies, policy), prevent_cse=False)
+def scanned(policy=None, layer=block):
+    """``layer`` scanned over stacked parameters, under ``jax.checkpoint`` with the named
+    ``jax.checkpoint_policies`` policy (``None``: plain)."""
+    body = layer if policy is None else jax.checkpoint(
+        layer, policy=getattr(jax.checkpoint_policies, policy), prevent_cse=False)
     return lambda p, x: jax.lax.scan(lambda h, q: (body(q, h), None), x, p)[0]
 
 
@@ -234,17 +236,12 @@ def gpt_table(shape, gpu):
     depth, width, heads, batch, seq = shape
     layer, params, x = gpt_stack(depth, width, heads, batch, seq)
 
-    def scan_of(policy=None):
-        body = layer if policy is None else jax.checkpoint(
-            layer, policy=getattr(jax.checkpoint_policies, policy), prevent_cse=False)
-        return lambda p, h: jax.lax.scan(lambda c, q: (body(q, c), None), h, p)[0]
-
-    plain = scan_of()
+    plain = scanned(layer=layer)
     plain_mem, plain_flops = memory(plain, params, x), flops(plain, params, x)
     print(f"\nGPT-2 blocks scanned: depth {depth}, width {width}, heads {heads}, batch {batch}, "
           f"sequence {seq}; plain scan: memory {plain_mem / 2**20:.1f} MiB (meter), flops "
           f"{plain_flops:.4g}")
-    rows = [("scan", plain, None)] + [(f"scan+{p}", scan_of(p), None) for p in POLICIES]
+    rows = [("scan", plain, None)] + [(f"scan+{p}", scanned(p, layer), None) for p in POLICIES]
     policy_mem = {name: memory(fn, params, x) for name, fn, _ in rows[1:]}
     budgets = [(f"= {name[5:]}", mem) for name, mem in policy_mem.items()]
     budgets += [(share, share) for share in ("25%", "50%", "75%")]
