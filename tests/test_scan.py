@@ -16,7 +16,7 @@ import jaxremat
 import solver
 from jaxremat.scan.remat import program_size
 from jaxremat.scan.family import (NestedScan, chain_options, choose, family, member_schedule,
-                                  solver_plan)
+                                  loop_margin, solver_plan)
 from jaxremat.scan.simulate import simulate_member
 from solver import Chain, Layer
 from solver.chain.options import LayerOptions
@@ -307,3 +307,42 @@ def test_measured_memory_within_budget_and_near_prediction(L):
         squared = jaxremat.activation_memory(lambda p, x: jnp.sum(f(p, x) ** 2), params, x)
         assert squared <= plan.budget + x.nbytes  # the loss's own square, outside the stack
     assert feasible >= 2
+
+
+def _scans(jaxpr) -> int:
+    """Number of ``scan`` equations in ``jaxpr``, nested bodies included."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name == "scan"
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    count += _scans(inner)
+    return count
+
+
+@pytest.mark.parametrize("sizes, scans", [((2,), 2), ((4,), 5)])
+def test_two_layer_segments_are_unrolled(sizes, scans, monkeypatch):
+    """Segments of at most UNROLL layers run their layers one after the other inside the
+    scan over segments (no inner loop: 2 scans in the gradient, not 5 as for segments of 4),
+    which holds less memory than an inner scan, and the member's predicted peak (no inner
+    loop margin) still bounds what the meter measures."""
+    L = 8
+    params, x = scale_stack(L)
+    f = jaxremat.remat_scan(scale_layer, "100%", policies=())
+    plan = f.plan(params, x)
+    member = NestedScan(sizes)
+    f._cache[next(iter(f._cache))] = type(plan)(**{**plan.__dict__, "member": member})
+    loss = lambda fn: (lambda p, x: jnp.sum(fn(p, x) ** 2))
+    assert_close(jax.grad(loss(f), (0, 1))(params, x),
+                 jax.grad(loss(plain(scale_layer)), (0, 1))(params, x))
+    assert _scans(jax.make_jaxpr(jax.grad(loss(f)))(params, x).jaxpr) == scans
+    one = jax.tree.map(lambda a: a[0], params)
+    predicted = (member_schedule(plan.chain, member).peak
+                 + loop_margin(plan.chain, member, sum(a.nbytes for a in jax.tree.leaves(one))))
+    measured = jaxremat.activation_memory(lambda p, x: jnp.sum(f(p, x)), params, x)
+    assert measured <= predicted
+    monkeypatch.setattr("jaxremat.scan.remat.UNROLL", 0)  # the same member, inner scans
+    scanned = jaxremat.activation_memory(lambda p, x: jnp.sum(f(p, x)), params, x)
+    assert measured < scanned if sizes[-1] <= 2 else measured == scanned

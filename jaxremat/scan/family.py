@@ -71,7 +71,7 @@ from typing import Callable
 import solver
 from solver import Chain, Schedule, make_schedule
 
-from .members import NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
+from .members import UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
 from .simulate import is_homogeneous, simulate_member
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "solver_plan", "family",
@@ -154,7 +154,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0) -> f
     residuals and carry twice. Per checkpointing level that is the segment's input (its
     residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
     layer's tape under the member's option (none when every segment is one layer in one
-    scan, ``jax.checkpoint`` per layer, where the carry alone is counted twice: ``x``). A level that does not reshape the parameters
+    scan, ``jax.checkpoint`` per layer, where the carry alone is counted twice: ``x``; and
+    none when the innermost runs are unrolled, :data:`jaxremat.scan.members.UNROLL`: no loop
+    there; exact for segments of two, an upper bound below more levels). A level that does
+    not reshape the parameters
     (:func:`jaxremat.scan.members.reshaped`) splits them (``lax.split``) and the meter
     counts the pieces and the gradient pieces before their concatenation: twice the
     parameters it cuts (all ``L`` layers at the top level, a segment's below it).
@@ -169,6 +172,8 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0) -> f
         return x
     tape = float(chain.xbar_size[0] if chain.options is None or not member.option
                  else chain.options.xbar_size[0, member.option])
+    if sizes and sizes[-1] <= UNROLL:  # the innermost runs are unrolled: no loop there
+        tape = 0.0
     split = 0.0
     if sizes and not reshaped(L, sizes):
         split += 2 * L * param_bytes

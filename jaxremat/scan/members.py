@@ -12,8 +12,17 @@ from typing import Iterator
 import solver
 from solver import Checkpoint, Layer
 
-__all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "skeleton", "body_items",
+__all__ = ["UNROLL", "NestedScan", "pieces", "inner_sizes", "reshaped", "skeleton", "body_items",
            "solver_plan", "family"]
+
+
+UNROLL = 2
+"""Inner runs of at most this many layers are unrolled rather than scanned (the top level is
+always a scan: a program flat in depth). XLA compiles a loop body per nested scan, five for
+one checkpointing level against two for a scan with a policy: segments of two layers
+unrolled compiled at 1.3-1.4x the scan with ``nothing_saveable`` against 2.0x as inner scans,
+and held less memory (no loop outputs beside the body); four layers unrolled compiled as
+slowly as the scan (CPU seconds, benchmarks/RESULTS.md)."""
 
 
 @dataclasses.dataclass(frozen=True)

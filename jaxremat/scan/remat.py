@@ -52,7 +52,7 @@ from ..sequence.plan import check_settings
 from ..sequence.policies import check_policies
 from ..sequence.profile import profile_sequence
 from .family import FamilyInfeasible, choose, loop_margin, member_schedule
-from .members import NestedScan, pieces, reshaped
+from .members import UNROLL, NestedScan, pieces, reshaped
 from .plan import ScanPlan, option_policies
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
@@ -142,7 +142,15 @@ def _split(params: Any, lengths: list[int]) -> list[Any]:
     return [jax.tree.unflatten(treedef, [parts[j] for parts in cut]) for j in range(len(lengths))]
 
 
-def _scan_layers(layer: Callable, params: Any, x: Any) -> Any:
+def _scan_layers(layer: Callable, params: Any, x: Any, unroll: bool = False) -> Any:
+    """``layer`` over ``params`` stacked on axis 0: one ``lax.scan``, or with ``unroll``
+    (an inner run of at most :data:`UNROLL` layers) the layers one after the other."""
+    if unroll:
+        length = jax.tree.leaves(params)[0].shape[0]
+        if length <= UNROLL:
+            for i in range(length):
+                x = layer(jax.tree.map(lambda leaf, i=i: leaf[i], params), x)
+            return x
     return jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
 
 
@@ -163,7 +171,7 @@ def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: i
     while sizes and sizes[0] >= length:
         sizes = sizes[1:]
     if not sizes:
-        return _scan_layers(_stored(layer, policy), params, x)
+        return _scan_layers(_stored(layer, policy), params, x, unroll=not top)
     if top and reshaped(length, sizes):
         size = sizes[0]
         if size == 1:  # jax.checkpoint per layer in one scan: the segment is the layer
