@@ -21,6 +21,7 @@ a scan body times its length): ``Lowered.cost_analysis()`` counts a loop body on
 its trip count (a plain scan of 8 or 32 layers reports the same flops). CPU figures: XLA's
 CPU compiler undoes remat, so memory is the meter's, never XLA's.
     python benchmarks/scan_depth.py [--quick]
+    python benchmarks/scan_depth.py --least
     python benchmarks/scan_depth.py --gpt [--gpt-shape 24,512,8,8,256] [--device-columns on]
 
 ``--gpt`` measures instead a GPT-2-style decoder of 24 blocks (``policies.py``'s
@@ -220,6 +221,21 @@ def budget_table(depths):
                   f"{plan.gap_to_rotor:+.1%}]")
 
 
+def least_table(depths):
+    """remat_scan at its least budget: the member, the budget, measured memory and compile
+    CPU seconds (plan cached) over the scan with ``nothing_saveable``."""
+    print("L    member at the least budget                       budget B   measured B  compile x")
+    for L in depths:
+        params, x = stack(L), jnp.ones((BATCH, WIDTH))
+        base = compile_seconds(scanned("nothing_saveable"), params, x)
+        least = least_budget(params, x)
+        f = jaxremat.remat_scan(block, least)
+        plan = f.plan(params, x)
+        member = f"{plan.member} ({plan.option_name})"
+        print(f"{L:<4} {member:<48} {least:>9} {memory(f, params, x):>12} "
+              f"{compile_seconds(f, params, x) / base:>9.2f}")
+
+
 def gpt_stack(depth, width, heads, batch, seq):
     """The GPT-2 block (``policies.gpt2_block`` with ``heads`` heads), ``depth`` blocks'
     parameters stacked on axis 0, and a batch of embeddings."""
@@ -281,6 +297,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="L in {8, 16, 32} only")
     parser.add_argument("--gpt", action="store_true", help="the scanned 24-block GPT table only")
+    parser.add_argument("--least", action="store_true",
+                        help="only remat_scan at its least budget: member, memory, compile")
     parser.add_argument("--gpt-shape", default="24,512,8,8,256",
                         type=lambda s: tuple(int(v) for v in s.split(",")),
                         help="depth,width,heads,batch,sequence of --gpt")
@@ -294,6 +312,9 @@ def main():
         gpt_table(args.gpt_shape, gpu)
         return
     depths = (8, 16, 32) if args.quick else (8, 16, 32, 64, 128)
+    if args.least:
+        least_table(depths[:4])
+        return
     print(f"backend {jax.default_backend()} (memory from the meter, flops counted on the "
           f"jaxpr), JAX {jax.__version__}, width {WIDTH}, batch {BATCH}; budget table with "
           f"costs={COSTS!r}")
