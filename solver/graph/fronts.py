@@ -246,7 +246,7 @@ def prune(
     with_rc: bool,
     record: Callable[[str, np.ndarray, np.ndarray], None] | None = None,
     rc_limit: float = np.inf,
-    tick: Callable[[], None] | None = None,
+    tick: Callable[[int], None] | None = None,
     memory_limit: float = np.inf,
     bound: Callable[..., np.ndarray] | None = None,
 ) -> Front:
@@ -264,7 +264,9 @@ def prune(
         limits (``kind`` is ``"seg"``, ``"size"`` or ``"rc"``), so that callers can tell for
         which limits the result stays the same.
       rc_limit: recompute must be ``< rc_limit`` (an incumbent's; recompute only grows).
-      tick: called between chunks (e.g. to enforce a time limit by raising).
+      tick: called as ``tick(rows)`` after each batch of ``rows`` candidates is pruned
+        (at least once per call, so that callers can count the work done and enforce a
+        limit by raising).
       memory_limit: ``size + max(a, b) <= memory_limit`` is required (the open weights end
         up in segments at least that large). The caller keeps it fixed between calls that
         share a cache: it is not passed to ``record``.
@@ -285,9 +287,11 @@ def prune(
             rows += len(part.size)
             if rows > CHUNK:
                 pending = [_prune_once(pending, **kwargs)]
-                rows = len(pending[0])
                 if tick is not None:
-                    tick()
+                    tick(rows)
+                rows = len(pending[0])
+    if tick is not None:
+        tick(rows)
     return _prune_once(pending, **kwargs)
 
 

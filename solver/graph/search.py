@@ -140,7 +140,7 @@ MAX_STEP = 0.08
 
 def checkpoint_search(
     graph: Graph, *, budget: float | None = None, time_limit: float | None = None,
-    gap: float = 0.0,
+    gap: float = 0.0, work_limit: int | None = None,
 ) -> CheckpointSet:
     """Feng & Huang's optimal gradient checkpoints of ``graph`` (module docstring).
 
@@ -152,6 +152,12 @@ def checkpoint_search(
         runs to the end). When they run out, the best set found so far is returned (it fits
         the budget but may not have the least recompute), a ``RuntimeWarning`` says so and
         ``recompute_lower_bound`` says how far from the least it may be. Default: no limit.
+      work_limit: candidates the budgeted search may examine: rows of the division-tree
+        DP's fronts before pruning, plus one per front pruned, summed over its evaluations
+        (about 3 million a CPU second on the 2-core container of benchmarks/RESULTS.md).
+        When they run out it stops as for ``time_limit``, but at the same point on every
+        run: the result depends on the graph and the limits only, not on the machine's
+        speed or load. Default: no limit. Both limits may be given; the first reached stops.
       gap: relative optimality gap of the budgeted search, in ``[0, 1)``: it stops once no
         set can have less than ``(1 - gap)`` times the recompute of the best set found, so
         the result's recompute is at most ``least / (1 - gap)``. Default 0: exact.
@@ -175,9 +181,10 @@ def checkpoint_search(
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"checkpoint_search expects a solver.Graph, got {type(graph).__name__}.")
-    if budget is None and (time_limit is not None or gap != 0.0):
+    if budget is None and (time_limit is not None or work_limit is not None or gap != 0.0):
         raise ValueError(
-            "checkpoint_search: time_limit and gap apply to the budgeted search only; pass a "
+            "checkpoint_search: time_limit, work_limit and gap apply to the budgeted search "
+            "only; pass a "
             "budget, or leave them out (the least-memory search always runs to the end)."
         )
     if budget is not None:
@@ -186,14 +193,18 @@ def checkpoint_search(
         if time_limit is not None:
             time_limit = check_real(time_limit, "time_limit",
                                     hint="Pass seconds, or None for no limit.")
+        if work_limit is not None:
+            work_limit = check_real(work_limit, "work_limit",
+                                    hint="Pass a number of candidates such as 3e6, or None for no limit.")
     search, (mem, rc, kept) = _searched(graph)
     bound = None
     if budget is not None:
         if mem > budget + search.eps:
             raise InfeasibleBudget(budget, mem, _METHOD, units="bytes")
         deadline = np.inf if time_limit is None else time.monotonic() + time_limit
-        (mem, rc, kept), bound = search.least_recompute(budget, incumbent=(mem, rc, kept),
-                                                        deadline=deadline, gap=gap)
+        (mem, rc, kept), bound = search.least_recompute(
+            budget, incumbent=(mem, rc, kept), deadline=deadline, gap=gap,
+            work_limit=np.inf if work_limit is None else work_limit)
     return search.result(kept, bound)
 
 
@@ -306,7 +317,8 @@ class _Search:
                     best = (mem, rc, sorted(kept))
         return best
 
-    def least_recompute(self, budget: float, incumbent, deadline: float = np.inf, gap: float = 0.0):
+    def least_recompute(self, budget: float, incumbent, deadline: float = np.inf, gap: float = 0.0,
+                        work_limit: float = np.inf):
         """Best-first branch and bound over max-term intervals ``[lo, hi]`` (module docstring).
 
         The heap's least ``lb`` bounds every set not yet excluded, so stopping once it
@@ -324,7 +336,8 @@ class _Search:
         """
         limit = budget + self.eps
         ctx = Context(self.graph.sizes, self.graph.costs, budget_mode=True, knapsack_limit=limit,
-                      memory_limit=limit, deadline=deadline, bounded=self.tree,
+                      memory_limit=limit, deadline=deadline, work_limit=work_limit,
+                      bounded=self.tree,
                       lagrangian=Lagrangian.for_graph(self.graph.sizes, self.graph.costs))
         best = self._first_incumbent(budget, incumbent)
         unit = 1.0 if self.integral else self.tol
@@ -349,7 +362,7 @@ class _Search:
                 for child in self._abandon(box, wide, unit):
                     heapq.heappush(heap, child)
                 continue
-            except TimeLimit:  # best-first: every interval left has none below lb
+            except TimeLimit:  # time or work: best-first, every interval left has none below lb
                 bound = max(0.0, min(lb, floor, best[1]))
                 _warn_time_limit(best[1], bound)
                 return best, bound
@@ -421,11 +434,12 @@ class _Interval(NamedTuple):
 
 
 def _warn_time_limit(best: float, bound: float) -> None:
-    """Say that the budgeted search stopped at its time limit, and how far from the least
-    recompute its best set may be (``bound``: a lower bound on the least)."""
+    """Say that the budgeted search stopped at its time or work limit, and how far from the
+    least recompute its best set may be (``bound``: a lower bound on the least)."""
     proven = f"{100 * (1 - bound / best):.3g}%" if best > 0 else "0%"
     warnings.warn(
-        "checkpoint_search: the time limit ran out; returning the best checkpoint set found, "
+        "checkpoint_search: the time limit ran out (or the work limit); returning the best "
+        "checkpoint set found, "
         f"which fits the budget but may not have the least recompute (it is within {proven} "
         f"of the least: recompute {best:.6g}, lower bound {bound:.6g}, kept as "
         "CheckpointSet.recompute_lower_bound).", RuntimeWarning, stacklevel=4)
