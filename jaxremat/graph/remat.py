@@ -295,9 +295,9 @@ def _stacked(tree: Any, batch: int) -> Any:
         tree)
 
 
-WORK_LIMIT = 4_000_000
+WORK_LIMIT = 2_000_000
 """Default ``work_limit`` of :func:`remat_graph` and :class:`jaxremat.flax.RematModule`:
-candidates each budgeted search may examine (:func:`solver.checkpoint_search`), about 1 to 2
+candidates each budgeted search may examine (:func:`solver.checkpoint_search`), about 0.5 to 1
 CPU seconds on the 2-core container of benchmarks/RESULTS.md."""
 
 
@@ -451,7 +451,7 @@ def remat_graph(
         together; one that runs out returns the best set it found. ``None`` (default): no
         limit. A time limit makes the plan depend on the machine's speed and load.
       work_limit: with a budget, candidates each budgeted search may examine
-        (:func:`solver.checkpoint_search`; default :data:`WORK_LIMIT`, about 1-2 CPU
+        (:func:`solver.checkpoint_search`; default :data:`WORK_LIMIT`, about 0.5-1 CPU
         seconds each); one that runs out returns the best set it found. Deterministic: the
         same function, shapes and budget give the same plan on any machine. ``None``: no
         limit. Planning happens once per input signature, when ``g`` is first traced.

@@ -305,8 +305,7 @@ def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_l
     size = np.concatenate([p.size for p in parts])
     rc = np.concatenate([p.rc for p in parts])
     top = np.concatenate([p.top for p in parts])
-    group = np.concatenate([np.full(len(p.size), n) for n, p in enumerate(parts)])
-    local = np.concatenate([np.arange(len(p.size)) for p in parts])
+    starts = np.cumsum([0] + [len(p.size) for p in parts])  # part n holds rows starts[n]:starts[n+1]
     ok_size = size <= size_limit
     ok_a = a <= seg_limit
     ok_b = b <= seg_limit
@@ -331,9 +330,11 @@ def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_l
         cols.append(rc[idx])
     idx = idx[nondominated(cols, top[idx] if with_rc else rc[idx])]
     mask = np.empty(len(idx), dtype=object)
+    group = np.searchsorted(starts, idx, side="right") - 1
+    local = idx - starts[group]
     for n, p in enumerate(parts):
-        sel = group[idx] == n
-        if sel.any():
-            built = p.mask[local[idx[sel]]] if isinstance(p, Front) else p.masks(local[idx[sel]])
-            mask[np.flatnonzero(sel)] = built
+        sel = np.flatnonzero(group == n) if len(parts) > 1 else np.arange(len(idx))
+        if len(sel):
+            built = p.mask[local[sel]] if isinstance(p, Front) else p.masks(local[sel])
+            mask[sel] = built
     return Front(a[idx], b[idx], size[idx], rc[idx], top[idx], mask)

@@ -238,6 +238,10 @@ class _Search:
         self.tol = 1.0 if self.integral else 1e-9 * max(total, 1.0)
         self.total = total
         self.evaluations = 0
+        # memory_of by kept set: the greedy passes of searches at different budgets share
+        # their first steps (same order of vertices), so later searches mostly look it up
+        self._memory: dict[frozenset, tuple[float, float, float]] = {}
+        self._memory_lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
     def _solve(self, ctx: Context, seg_limit: float, size_limit: float):
@@ -245,6 +249,18 @@ class _Search:
         ctx.size_limit = size_limit + self.eps
         self.evaluations += 1
         return evaluate(self.tree, ctx, {"cc"})["cc"]
+
+    def _memory_of(self, kept: set[int]) -> tuple[float, float, float]:
+        """:func:`memory_of` of ``kept``, cached (bounded: cleared past 8192 sets)."""
+        key = frozenset(kept)
+        found = self._memory.get(key)
+        if found is None:
+            found = memory_of(self.graph, kept)
+            with self._memory_lock:
+                if len(self._memory) > 8192:
+                    self._memory.clear()
+                self._memory[key] = found
+        return found
 
     def _kept(self, mask: int) -> list[int]:
         return [v for v in range(1, len(self.graph) - 1) if mask >> v & 1]
@@ -310,7 +326,7 @@ class _Search:
         for v in sorted(range(1, len(graph) - 1), key=lambda v: -ratio[v]):
             if v in kept or graph.costs[v] <= 0:
                 continue
-            mem, _, rc = memory_of(graph, kept | {v})
+            mem, _, rc = self._memory_of(kept | {v})
             if mem <= budget + self.eps:
                 kept.add(v)
                 if rc < best[1]:
