@@ -34,6 +34,14 @@ sweep. Departures from the paper, all to make the result exact for the model abo
   beyond, only the smallest inner vertices are candidates (a heuristic, with a warning). The
   paper keeps every division vertex of an expanded complex division.
 
+**Limits.** ``time_limit`` (seconds of wall time) and ``work_limit`` (candidates examined:
+rows of the fronts before pruning plus one per front pruned, counted in
+``solver.graph.dp.Context.tick``) stop the budgeted search with the best set found and a
+lower bound (below). The work limit is deterministic: the same graph, budget and limits stop
+at the same evaluation on any machine and under any load, so the result does too
+(``jaxremat.remat_graph`` uses it by default; tests/test_acg_budget.py checks it on a
+slowed-down search).
+
 Exactness: with integer sizes (bytes), the result is optimal for the model (checked against
 brute force over all subsets in tests/test_acg.py). With fractional sizes, max terms closer
 than ``1e-9`` of the total size are not told apart.
@@ -79,7 +87,7 @@ whose ``lb`` is still a lower bound for them (the least relaxed recompute, the s
 or ``max(cap, Lagrangian prebound)`` when nothing is under the cap); (iii) nothing under
 ``cap = stop``: every set in it has recompute ``>= stop >= floor``; (iv) at the end, the
 ones still in the heap, each with recompute ``>= lb``. The heap pops the least ``lb``
-first, so at a time limit the interval being evaluated has the least ``lb`` of all in (iv),
+first, so at a time or work limit the interval being evaluated has the least ``lb`` of all in (iv),
 and every fitting set is covered by one of the four. ``best`` only decreases, so the ``stop``
 of an earlier drop is at least the current one, and costs are non-negative, so the bound is
 clamped at 0. When the search ends with ``gap=0``, the bound reported is ``recompute``
@@ -169,7 +177,7 @@ def checkpoint_search(
       ``peak`` the predicted training memory, ``recompute`` the cost of the local forwards.
       With ``budget``, ``recompute_lower_bound`` is a proven lower bound on the least
       recompute of any set that fits (module docstring): ``recompute`` itself when the
-      search ran to the end with ``gap=0``, less after a time limit or with a gap.
+      search ran to the end with ``gap=0``, less after a time or work limit or with a gap.
 
     Raises:
       InfeasibleBudget: no checkpoint set fits ``budget``; ``min_budget`` is the least
