@@ -14,9 +14,13 @@ that the numbers mean something on a shared machine:
   blocks, widths 16/32/64, batch 8 of 32x32x3): one plan per budget, in the order given,
   on one model (later budgets reuse what the earlier ones planned, as in a sweep).
 
-The ResNet's budgeted searches have a time limit (``RematModule``'s ``time_limit``, 30 s of
-wall time for all six): on a loaded machine they may stop early, so plans (and times) can
-differ between runs.
+The ResNet's budgeted searches stop at ``RematModule``'s ``work_limit`` (candidates examined,
+:data:`jaxremat.graph.remat.WORK_LIMIT` per search by default): deterministic, so the plans
+are the same on every run and machine; only the times vary with the load. (Before, a 30 s
+wall-time limit for all six made the plans depend on the load.)
+
+For each ResNet budget the note also gives the plan's recompute and measured bytes, so that
+runs of two checkouts can be compared plan for plan.
 """
 
 from __future__ import annotations

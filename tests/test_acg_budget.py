@@ -5,6 +5,7 @@ Feng & Huang's model (solver.graph.model); the graphs and the brute force are te
 """
 
 import itertools
+import time
 import warnings
 from unittest import mock
 
@@ -129,6 +130,38 @@ def test_time_limit_returns_a_fitting_set():
     assert 0 <= quick.recompute_lower_bound <= exact.recompute
     assert exact.recompute_lower_bound == exact.recompute
     assert checkpoint_search(g).recompute_lower_bound is None  # no budget: not a recompute search
+
+
+def _slow_prune(monkeypatch, seconds):
+    """Make every front pruning of the search take ``seconds`` longer (a loaded machine)."""
+    from solver.graph import fronts
+    original = fronts._prune_once
+
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(fronts, "_prune_once", slow)
+
+
+def test_work_limit_is_deterministic(monkeypatch):
+    # The work limit counts candidates, not seconds: a slower machine stops at the same
+    # point and returns the same set (a time limit would not), which fits and is bounded.
+    rng = np.random.default_rng(1)
+    g = Graph.chain(rng.integers(1, 100, 30).tolist(), rng.integers(1, 10, 30).tolist())
+    least = checkpoint_search(g).peak
+    budget = least + 0.3 * (g.sizes[1:-1].sum() - least)
+    exact = checkpoint_search(g, budget=budget)
+    with pytest.warns(RuntimeWarning, match=r"work limit"):
+        quick = checkpoint_search(g, budget=budget, work_limit=300)
+    assert quick.recompute > exact.recompute  # the limit did cut the search short
+    assert quick.peak <= budget and 0 <= quick.recompute_lower_bound <= exact.recompute
+    _slow_prune(monkeypatch, 2e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        loaded = checkpoint_search(g, budget=budget, work_limit=300)
+    assert loaded == quick
+    with pytest.raises(ValueError, match="work_limit"):
+        checkpoint_search(g, work_limit=10)  # the least-memory search has no limit
 
 
 class _StopAfter:

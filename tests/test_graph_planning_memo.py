@@ -5,6 +5,7 @@ signature, measurements and budgeted searches reused, results the same as fresh 
 from __future__ import annotations
 
 import threading
+import time
 import types
 
 import jax.numpy as jnp
@@ -93,3 +94,30 @@ def test_threads_planning_one_function_trace_it_once():
         t.join()
     assert len(traces) == 1
     assert all(p is not None and p.measured <= b for p, b in zip(plans, budgets))
+
+
+@pytest.mark.slow
+def test_work_limited_plan_is_the_same_under_load(monkeypatch):
+    # remat_graph's default limit counts candidates, not seconds: a fresh planner on a
+    # slowed-down machine makes the same plan (same kept set, same measured bytes).
+    import warnings
+
+    from solver.graph import fronts
+    from test_remat_graph import residual_mlp
+
+    def plan(fn):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return remat_graph(fn, "50%", work_limit=2000).plan(MLP, X)
+
+    first = plan(lambda p, x: residual_mlp(p, x))  # a new function object: a fresh memo
+    original = fronts._prune_once
+    monkeypatch.setattr(fronts, "_prune_once",
+                        lambda *a, **k: (time.sleep(5e-5), original(*a, **k))[1])
+    again = plan(lambda p, x: residual_mlp(p, x))
+    assert again.checkpoints == first.checkpoints and again.measured == first.measured
+    monkeypatch.setattr(fronts, "_prune_once", original)
+    unlimited = remat_graph(lambda p, x: residual_mlp(p, x), "50%", work_limit=None).plan(MLP, X)
+    assert unlimited.checkpoints.recompute < first.checkpoints.recompute  # the limit did bite
+    with pytest.raises(ValueError, match="work_limit"):
+        remat_graph(residual_mlp, "50%", work_limit=-1)

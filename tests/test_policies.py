@@ -134,6 +134,43 @@ def test_profile_options_smaller_tapes_dearer_backward():
     np.testing.assert_array_equal(bare.chain.bwd_time, profile.chain.bwd_time)
 
 
+@pytest.mark.parametrize("block", [mlp_block, attention_block])
+def test_options_share_the_layers_forward_costs(block, monkeypatch):
+    # Options take the layer's plain forward costs, lowered once (sequence/layer.py:
+    # forward_costs): exact, as an undifferentiated jax.checkpoint lowers to the layer's ops.
+    import dataclasses
+
+    from jaxremat.sequence import layer as layer_module
+
+    mlp, attn, x = init()
+    p = mlp if block is mlp_block else attn
+    base = layer_module.forward_costs(block, p, x)
+    menu = layer_menu(DEFAULT_POLICIES, marked_names(block, p, x))[1:]
+    assert len(menu) >= 3
+    for option in menu:
+        saved = jax.checkpoint(block, policy=option.policy, prevent_cse=True)
+        assert layer_module.forward_costs(saved, p, x) == base, option.name
+
+    def numbers(profile):  # the profile without the policy functions (new objects per call)
+        return [dataclasses.replace(layer, options=tuple(
+            dataclasses.replace(o, policy=None) for o in layer.options)) for layer in profile.layers]
+
+    # the profile is the one made when each option lowers its own forward
+    shared = numbers(profile_sequence([block], [p], x))
+    lowered = []
+    original = layer_module.layer_costs
+
+    def unshared(*args, forward=None, **kwargs):
+        lowered.append(1)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(layer_module, "layer_costs", unshared)
+    from jaxremat.sequence import options as options_module, profile as profile_module
+    monkeypatch.setattr(options_module, "layer_costs", unshared)
+    monkeypatch.setattr(profile_module, "layer_costs", unshared)
+    profile_module.profile_cache().clear()
+    assert numbers(profile_sequence([block], [p], x)) == shared and len(lowered) > 1
+
+
 def test_option_peak_is_what_the_meter_sees():
     """Every option stored on every layer: the simulator's peak with the option's sizes is
     the meter's (program order) peak of the applied plan, within the profile's tolerance."""

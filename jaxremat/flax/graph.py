@@ -37,7 +37,7 @@ from flax import nnx
 
 from ..budget import check_budget
 from ..graph.memo import PlanningMemo
-from ..graph.remat import GraphPlan, RematGraph, check_graph_settings
+from ..graph.remat import WORK_LIMIT, GraphPlan, RematGraph, check_graph_settings
 from .nnx import _remember
 
 __all__ = ["RematModule"]
@@ -53,11 +53,12 @@ def _pure_call(graphdef: nnx.GraphDef, state: Any, args: tuple) -> tuple[Any, An
     return out, jax.lax.stop_gradient(updated)
 
 
-def _graph_for(graphdef: nnx.GraphDef, budget: Any, max_vertices: int, time_limit: float | None):
+def _graph_for(graphdef: nnx.GraphDef, budget: Any, max_vertices: int, time_limit: float | None,
+               work_limit: int | None):
     """One :class:`jaxremat.RematGraph` per graph definition and settings (it caches plans);
     those of one graph definition share a :class:`jaxremat.graph.memo.PlanningMemo`, so a
     new budget reuses the traced graph, the least-memory search and the measurements."""
-    key = (graphdef, budget, max_vertices, time_limit)
+    key = (graphdef, budget, max_vertices, time_limit, work_limit)
     graph = _graphs.get(key)
     if graph is None:
         memo = _memos.get(graphdef)
@@ -65,7 +66,7 @@ def _graph_for(graphdef: nnx.GraphDef, budget: Any, max_vertices: int, time_limi
             memo = _remember(_memos, graphdef, PlanningMemo())
         graph = _remember(_graphs, key, RematGraph(
             lambda state, args: _pure_call(graphdef, state, args),
-            budget, max_vertices, time_limit, memo=memo))
+            budget, max_vertices, time_limit, memo=memo, work_limit=work_limit))
     return graph
 
 
@@ -76,23 +77,29 @@ class RematModule(nnx.Module):
       module: any ``nnx.Module``; its state tree is available as ``self.module``.
       budget: ``None`` (least memory), bytes, ``"512MiB"`` or ``"40%"``.
       max_vertices: refuse modules with more top-level operations on the input than this.
-      time_limit: seconds allowed to the budgeted searches when a plan is made.
+      time_limit: seconds allowed to the budgeted searches when a plan is made (default
+        ``None``: none; a time limit makes plans depend on the machine's load).
+      work_limit: candidates each budgeted search may examine (deterministic; default
+        :data:`jaxremat.graph.remat.WORK_LIMIT`), as for :func:`jaxremat.remat_graph`.
     """
 
     def __init__(self, module: nnx.Module, budget: int | float | str | None = None, *,
-                 max_vertices: int = 1000, time_limit: float | None = 30.0) -> None:
+                 max_vertices: int = 1000, time_limit: float | None = None,
+                 work_limit: int | None = WORK_LIMIT) -> None:
         if not isinstance(module, nnx.Module):
             raise TypeError(f"RematModule wraps an nnx.Module, got {type(module).__name__}; "
                             f"for a plain function use jaxremat.remat_graph.")
-        check_graph_settings(max_vertices, time_limit)
+        check_graph_settings(max_vertices, time_limit, work_limit)
         self.module = module
         self.budget = None if budget is None else check_budget(budget)
         self.max_vertices = max_vertices
         self.time_limit = time_limit
+        self.work_limit = work_limit
 
     def _split(self) -> tuple[Any, Any, Any]:
         graphdef, state = nnx.split(self.module)
-        return _graph_for(graphdef, self.budget, self.max_vertices, self.time_limit), graphdef, state
+        return (_graph_for(graphdef, self.budget, self.max_vertices, self.time_limit,
+                           self.work_limit), graphdef, state)
 
     def __call__(self, *args: Any) -> Any:
         graph, _, state = self._split()

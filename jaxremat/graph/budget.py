@@ -22,7 +22,9 @@ promise nothing about the program. Here the budget bounds the measurement instea
 
 Guarantee: the returned set's measured memory is at most the budget. Not guaranteed: that no
 other set fits with less recompute. Each search is within 2 % of the model's least
-recompute at its model budget (or stops at its share of the time limit), and the bisection
+recompute at its model budget, or stops at its work limit (``work_limit`` candidates,
+:func:`solver.checkpoint_search`: deterministic, so the plan does not depend on the
+machine's load) or at its share of the optional time limit, and the bisection
 is a heuristic: it assumes measured memory grows with the model budget, which held on the
 models of ``benchmarks/graph_memory.py`` for the least-memory execution, while with kept
 tensors saved it only holds roughly.
@@ -52,8 +54,9 @@ def fit_budget(
     evaluate: Callable[[solver.CheckpointSet], float],
     *,
     time_limit: float | None,
+    work_limit: int | None = None,
     steps: int = _STEPS,
-    search: Callable[[float, float | None, float], solver.CheckpointSet] | None = None,
+    search: Callable[..., solver.CheckpointSet] | None = None,
 ) -> tuple[solver.CheckpointSet | None, float]:
     """The checkpoint set of least recompute found whose measured memory fits ``budget``.
 
@@ -65,9 +68,12 @@ def fit_budget(
       evaluate: measures the program a checkpoint set yields.
       time_limit: seconds allowed to all the budgeted searches together, shared out
         evenly among those left (``None``: no limit). A search that runs out returns the
-        best set it found, which fits its model budget.
+        best set it found, which fits its model budget. It makes the plan depend on the
+        machine's load; ``work_limit`` does not.
+      work_limit: candidates each budgeted search may examine (``None``: no limit;
+        :func:`solver.checkpoint_search`). One that runs out returns the best set it found.
       steps: the most budgeted searches to run.
-      search: ``search(model_budget, time_limit, gap)`` runs a budgeted search
+      search: ``search(model_budget, time_limit, gap, work_limit)`` runs a budgeted search
         (default: :func:`solver.checkpoint_search` on ``graph``; :mod:`jaxremat.graph.memo`
         passes one that reuses earlier searches).
 
@@ -94,8 +100,9 @@ def fit_budget(
         with warnings.catch_warnings():  # a timed-out search still returns a set that fits
             warnings.simplefilter("ignore", RuntimeWarning)
             left = None if deadline is None else max(0.0, deadline - time.monotonic()) / (steps - step)
-            found = (search(model_budget, left, _GAP) if search is not None else
-                     solver.checkpoint_search(graph, budget=model_budget, time_limit=left, gap=_GAP))
+            found = (search(model_budget, left, _GAP, work_limit) if search is not None else
+                     solver.checkpoint_search(graph, budget=model_budget, time_limit=left,
+                                              gap=_GAP, work_limit=work_limit))
         if found.checkpoints not in measured:
             measured[found.checkpoints] = evaluate(found)
         value = measured[found.checkpoints]

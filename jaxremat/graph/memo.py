@@ -11,10 +11,10 @@ per graph definition) keeps, per input signature (LRU of ``SIGNATURES``):
 
 * the traced graph and its least-memory set;
 * the measured bytes of each plan measured, by kept set and mode;
-* the budgeted searches run, reused for a model budget ``b`` whenever an earlier search at
-  ``b0 >= b`` returned a set whose model memory is at most ``b``: the least recompute does
-  not decrease when the budget shrinks, so that set is still the least (within the search's
-  gap) at ``b``.
+* the budgeted searches run, reused for a model budget ``b`` whenever an earlier search
+  with the same work limit at ``b0 >= b`` returned a set whose model memory is at most
+  ``b``: the least recompute does not decrease when the budget shrinks, so that set is
+  still the least (within the search's gap) at ``b``.
 
 The memo holds plans' inputs, not compiled programs; it is guarded by one lock, so threads
 planning the same function plan each signature once.
@@ -43,7 +43,7 @@ class SignatureMemo:
         self.traced = traced
         self.least: solver.CheckpointSet = solver.checkpoint_search(traced.graph)
         self._measured: dict[Hashable, int] = {}
-        self._searches: list[tuple[float, solver.CheckpointSet]] = []
+        self._searches: list[tuple[float, int | None, solver.CheckpointSet]] = []
         self.searches_run = 0  # budgeted searches actually run (tests read it)
 
     def measured(self, key: Hashable, measure: Callable[[], int]) -> int:
@@ -52,16 +52,17 @@ class SignatureMemo:
             self._measured[key] = int(measure())
         return self._measured[key]
 
-    def search(self, model_budget: float, time_limit: float | None, gap: float) -> solver.CheckpointSet:
+    def search(self, model_budget: float, time_limit: float | None, gap: float,
+               work_limit: int | None = None) -> solver.CheckpointSet:
         """``solver.checkpoint_search(graph, budget=model_budget, ...)``, or an earlier result
         that is also the answer at ``model_budget`` (module docstring)."""
-        for budget, found in self._searches:
-            if found.peak <= model_budget <= budget:
+        for budget, limit, found in self._searches:
+            if limit == work_limit and found.peak <= model_budget <= budget:
                 return found
         found = solver.checkpoint_search(self.traced.graph, budget=model_budget,
-                                         time_limit=time_limit, gap=gap)
+                                         time_limit=time_limit, gap=gap, work_limit=work_limit)
         self.searches_run += 1
-        self._searches.append((model_budget, found))
+        self._searches.append((model_budget, work_limit, found))
         return found
 
 

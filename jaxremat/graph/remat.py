@@ -295,28 +295,41 @@ def _stacked(tree: Any, batch: int) -> Any:
         tree)
 
 
-def check_graph_settings(max_vertices: int, time_limit: float | None) -> None:
-    """Raise ``ValueError`` naming the fix unless ``max_vertices`` is a positive integer and
-    ``time_limit`` is ``None`` or a finite number of seconds ``>= 0``."""
+WORK_LIMIT = 2_000_000
+"""Default ``work_limit`` of :func:`remat_graph` and :class:`jaxremat.flax.RematModule`:
+candidates each budgeted search may examine (:func:`solver.checkpoint_search`), about 0.5 to 1
+CPU seconds on the 2-core container of benchmarks/RESULTS.md."""
+
+
+def check_graph_settings(max_vertices: int, time_limit: float | None,
+                         work_limit: int | None = None) -> None:
+    """Raise ``ValueError`` naming the fix unless ``max_vertices`` is a positive integer,
+    ``time_limit`` is ``None`` or a finite number of seconds ``>= 0`` and ``work_limit``
+    ``None`` or a finite number ``>= 0``."""
     if isinstance(max_vertices, bool) or not isinstance(max_vertices, numbers.Integral) or (
             max_vertices < 1):
         raise ValueError(
             f"max_vertices must be a positive integer (the default is 1000), got {max_vertices!r}."
         )
     if time_limit is not None:
-        check_real(time_limit, "time_limit", hint="Pass seconds (the default is 30), or None.")
+        check_real(time_limit, "time_limit", hint="Pass seconds, or None (the default).")
+    if work_limit is not None:
+        check_real(work_limit, "work_limit",
+                   hint=f"Pass a number of candidates (the default is {WORK_LIMIT:.0e}), or None.")
 
 
 class RematGraph:
     """``fn`` run with Feng & Huang's checkpoints. Create it with :func:`remat_graph`."""
 
     def __init__(self, fn: Callable, budget: int | str | None, max_vertices: int,
-                 time_limit: float | None, memo: PlanningMemo | None = None) -> None:
-        check_graph_settings(max_vertices, time_limit)
+                 time_limit: float | None, memo: PlanningMemo | None = None,
+                 work_limit: int | None = WORK_LIMIT) -> None:
+        check_graph_settings(max_vertices, time_limit, work_limit)
         self.fn = fn
         self.budget = None if budget is None else check_budget(budget)
         self.max_vertices = max_vertices
         self.time_limit = time_limit
+        self.work_limit = work_limit
         # what every budget of fn shares (jaxremat.graph.memo); max_vertices only refuses
         self._memo = memo_for(fn) if memo is None else memo
         self._cache: dict[Any, tuple[TracedGraph, GraphPlan]] = {}
@@ -391,7 +404,7 @@ class RematGraph:
         try:
             found, measured = fit_budget(graph, least, measure(plan_of(least)), plain, budget,
                                          lambda found: measure(plan_of(found)), time_limit=self.time_limit,
-                                         search=memo.search)
+                                         work_limit=self.work_limit, search=memo.search)
         except solver.InfeasibleBudget as error:
             # Whatever fits without a budget fits with one: the least-memory plan, its kept
             # tensors recomputed with their regions (less memory, more flops).
@@ -418,7 +431,8 @@ def remat_graph(
     budget: int | float | str | None = None,
     *,
     max_vertices: int = 1000,
-    time_limit: float | None = 30.0,
+    time_limit: float | None = None,
+    work_limit: int | None = WORK_LIMIT,
 ) -> RematGraph:
     """Rematerialize ``fn(params, x)`` with Feng & Huang's optimal gradient checkpoints.
 
@@ -434,8 +448,13 @@ def remat_graph(
         ensemble), and the vmapped program is what is measured.
       max_vertices: refuse functions with more top-level operations on ``x`` than this.
       time_limit: with a budget, seconds allowed to the (at most 6) budgeted searches
-        together; one that runs out returns the best set it found. ``None``: no limit.
-        Planning happens once per input signature, when ``g`` is first traced.
+        together; one that runs out returns the best set it found. ``None`` (default): no
+        limit. A time limit makes the plan depend on the machine's speed and load.
+      work_limit: with a budget, candidates each budgeted search may examine
+        (:func:`solver.checkpoint_search`; default :data:`WORK_LIMIT`, about 0.5-1 CPU
+        seconds each); one that runs out returns the best set it found. Deterministic: the
+        same function, shapes and budget give the same plan on any machine. ``None``: no
+        limit. Planning happens once per input signature, when ``g`` is first traced.
 
     Returns:
       A :class:`RematGraph`; ``g(params, x)`` equals ``fn(params, x)`` and so do its
@@ -446,8 +465,8 @@ def remat_graph(
     has more than ``max_vertices`` operations; ``solver.InfeasibleBudget`` (a
     ``ValueError``) when even the least-memory checkpoints measure more than the budget,
     with that smallest budget in ``min_budget`` and in the message. At construction:
-    ``ValueError`` for a malformed budget, ``max_vertices`` or ``time_limit``.
+    ``ValueError`` for a malformed budget, ``max_vertices``, ``time_limit`` or ``work_limit``.
     """
     if not callable(fn):
         raise TypeError(f"remat_graph expects a function fn(params, x), got {type(fn).__name__}.")
-    return RematGraph(fn, budget, max_vertices, time_limit)
+    return RematGraph(fn, budget, max_vertices, time_limit, work_limit=work_limit)

@@ -138,10 +138,20 @@ def _flops_and_bytes(fn: Callable, *args: Any) -> tuple[float, float]:
     return analysis["flops"], analysis.get("bytes accessed", 0.0)
 
 
+def forward_costs(layer: Callable, p: Any, x: Any) -> tuple[float, float]:
+    """``cost_analysis()`` flops and bytes accessed of the layer's plain forward. Shared by
+    the layer's options: ``jax.checkpoint(layer, policy=...)`` run without differentiation
+    lowers to the layer's own operations (JAX inlines an undifferentiated ``remat`` and adds
+    its optimisation barrier only when differentiated), so its counts are the same
+    (tests/test_profile_options.py checks it)."""
+    return _flops_and_bytes(layer, p, x)
+
+
 def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str,
-             repeats: int) -> dict[str, Any]:
-    """Times, flops and transients of one traced layer (module docstring)."""
-    fwd_flops, fwd_bytes = _flops_and_bytes(layer, p, x)
+             repeats: int, forward: tuple[float, float] | None = None) -> dict[str, Any]:
+    """Times, flops and transients of one traced layer (module docstring); ``forward``: the
+    plain forward's :func:`forward_costs` when known (a layer's options share it)."""
+    fwd_flops, fwd_bytes = forward if forward is not None else forward_costs(layer, p, x)
     tape_flops, tape_bytes = _flops_and_bytes(tape_forward(traced), p, x)
     bwd_flops, bwd_bytes = _flops_and_bytes(traced.pullback, list(traced.residuals), traced.cotangent)
     # The derivative factors: what the vjp forward (F_all) computes beyond the plain forward

@@ -57,12 +57,14 @@ def option_aliases(dropped: Sequence[tuple[str, str]]) -> dict[str, str]:
 
 
 def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyOption,
-                    base: LayerProfile, costs: str, repeats: int,
-                    input_grad: bool) -> tuple[OptionProfile, tuple]:
-    """Profile ``layer`` under ``option``'s policy; also return its tape's signature."""
+                    base: LayerProfile, costs: str, repeats: int, input_grad: bool,
+                    forward: tuple[float, float] | None = None) -> tuple[OptionProfile, tuple]:
+    """Profile ``layer`` under ``option``'s policy; also return its tape's signature.
+    ``forward``: the layer's plain forward costs (:func:`jaxremat.sequence.layer.forward_costs`,
+    the same with the policy applied), lowered once for all options."""
     saved = jax.checkpoint(layer, policy=option.policy, prevent_cse=True)
     traced = trace_layer(saved, p, x, index, input_grad=input_grad)
-    found = layer_costs(saved, p, x, traced, costs, repeats)
+    found = layer_costs(saved, p, x, traced, costs, repeats, forward=forward)
     found = OptionProfile(
         name=option.name, policy=option.policy, tape_bytes=found["tape_bytes"],
         fwd_tmp=found["fwd_tmp"], bwd_tmp=found["bwd_tmp"], fwd_time=base.fwd_time,
@@ -95,9 +97,11 @@ def _backward_floor(base: LayerProfile, bwd_flops: float, costs: str) -> float:
 
 
 def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: TracedLayer,
-                   menu: tuple, costs: str, repeats: int,
-                   input_grad: bool) -> tuple[tuple[OptionProfile, ...], tuple]:
-    """The layer's options k >= 1 after merging, and ``(name, reason)`` of those dropped."""
+                   menu: tuple, costs: str, repeats: int, input_grad: bool,
+                   forward: tuple[float, float] | None = None,
+                   ) -> tuple[tuple[OptionProfile, ...], tuple]:
+    """The layer's options k >= 1 after merging, and ``(name, reason)`` of those dropped;
+    ``forward``: the layer's plain forward costs, if already lowered."""
     options: list[OptionProfile] = []
     dropped: list[tuple[str, str]] = []
     seen = {(tape_signature(traced), base.bwd_flops, base.fwd_tape_flops, base.fwd_tmp,
@@ -109,7 +113,7 @@ def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: T
             continue
         try:
             found, key = _profile_option(layer, p, x, base.index, option, base, costs, repeats,
-                                         input_grad)
+                                         input_grad, forward)
         except Exception as error:  # noqa: BLE001 - JAX rejected the policy on this layer
             cause = error.__cause__ or error  # trace_layer names the layer; the plan does
             dropped.append((option.name, f"rejected: {type(cause).__name__}: {cause}"[:300]))

@@ -110,7 +110,7 @@ from ..measure.offload import offload_key
 from ..measure.trace import trace_layer
 from ..trees import abstractify, check_layers, check_params, leaf_bytes, signature, tree_bytes
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
-                    layer_costs, roofline_time)
+                    forward_costs, layer_costs, roofline_time)
 from .options import layer_options, with_options
 from .policies import OFFLOAD_POLICIES, check_policies
 
@@ -136,12 +136,13 @@ def _profile_one(
     menu: tuple = (),
 ) -> tuple[LayerProfile, Any]:
     traced = trace_layer(layer, p, x, index, input_grad=input_grad)
+    forward = forward_costs(layer, p, x)  # lowered once, for the layer and all its options
     profile = LayerProfile(index=index, input_bytes=tree_bytes(x),
                            output_bytes=tree_bytes(traced.output),
-                           **layer_costs(layer, p, x, traced, costs, repeats))
+                           **layer_costs(layer, p, x, traced, costs, repeats, forward))
     if menu:
         options, dropped = layer_options(layer, p, x, profile, traced, menu, costs, repeats,
-                                          input_grad)
+                                          input_grad, forward)
         profile = dataclasses.replace(profile, options=options, dropped=dropped)
     return profile, traced.output
 

@@ -75,7 +75,10 @@ _Q_NEEDS = {"cc": {"cc", "oc"}, "oc": {"cc", "oc"}, "co": {"co", "sp", "jn"},
 
 
 class TimeLimit(Exception):
-    """Raised inside an evaluation when :attr:`Context.deadline` has passed."""
+    """Raised inside an evaluation when :attr:`Context.deadline` has passed or the
+    evaluations of one budgeted search have examined more than :attr:`Context.work_limit`
+    candidates (a deterministic limit: the same graph and limits stop at the same point on
+    any machine, under any load)."""
 
 
 class FrontLimit(Exception):
@@ -110,6 +113,10 @@ class Context:
     prebound: float = -np.inf
     # Budget mode: the most candidates a front of ``bounded`` may hold (FrontLimit beyond).
     front_limit: float = np.inf
+    # Candidates examined so far (rows of the fronts before pruning, plus one per front
+    # pruned), across evaluations; TimeLimit once more than ``work_limit``.
+    work: int = 0
+    work_limit: float = np.inf
 
     def prune(self, groups, state: str, bound=None) -> Front:
         if time.monotonic() > self.deadline:
@@ -122,8 +129,11 @@ class Context:
             raise FrontLimit
         return front
 
-    def tick(self) -> None:
-        if time.monotonic() > self.deadline:
+    def tick(self, rows: int = 0) -> None:
+        """Count ``rows`` candidates examined (and one front pruned); raise
+        :class:`TimeLimit` past the work limit or the deadline."""
+        self.work += rows + 1
+        if self.work > self.work_limit or time.monotonic() > self.deadline:
             raise TimeLimit
 
     def record(self, kind: str, values: np.ndarray, accepted: np.ndarray) -> None:

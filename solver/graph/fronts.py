@@ -246,7 +246,7 @@ def prune(
     with_rc: bool,
     record: Callable[[str, np.ndarray, np.ndarray], None] | None = None,
     rc_limit: float = np.inf,
-    tick: Callable[[], None] | None = None,
+    tick: Callable[[int], None] | None = None,
     memory_limit: float = np.inf,
     bound: Callable[..., np.ndarray] | None = None,
 ) -> Front:
@@ -264,7 +264,9 @@ def prune(
         limits (``kind`` is ``"seg"``, ``"size"`` or ``"rc"``), so that callers can tell for
         which limits the result stays the same.
       rc_limit: recompute must be ``< rc_limit`` (an incumbent's; recompute only grows).
-      tick: called between chunks (e.g. to enforce a time limit by raising).
+      tick: called as ``tick(rows)`` after each batch of ``rows`` candidates is pruned
+        (at least once per call, so that callers can count the work done and enforce a
+        limit by raising).
       memory_limit: ``size + max(a, b) <= memory_limit`` is required (the open weights end
         up in segments at least that large). The caller keeps it fixed between calls that
         share a cache: it is not passed to ``record``.
@@ -285,9 +287,11 @@ def prune(
             rows += len(part.size)
             if rows > CHUNK:
                 pending = [_prune_once(pending, **kwargs)]
-                rows = len(pending[0])
                 if tick is not None:
-                    tick()
+                    tick(rows)
+                rows = len(pending[0])
+    if tick is not None:
+        tick(rows)
     return _prune_once(pending, **kwargs)
 
 
@@ -301,8 +305,7 @@ def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_l
     size = np.concatenate([p.size for p in parts])
     rc = np.concatenate([p.rc for p in parts])
     top = np.concatenate([p.top for p in parts])
-    group = np.concatenate([np.full(len(p.size), n) for n, p in enumerate(parts)])
-    local = np.concatenate([np.arange(len(p.size)) for p in parts])
+    starts = np.cumsum([0] + [len(p.size) for p in parts])  # part n holds rows starts[n]:starts[n+1]
     ok_size = size <= size_limit
     ok_a = a <= seg_limit
     ok_b = b <= seg_limit
@@ -327,9 +330,11 @@ def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_l
         cols.append(rc[idx])
     idx = idx[nondominated(cols, top[idx] if with_rc else rc[idx])]
     mask = np.empty(len(idx), dtype=object)
+    group = np.searchsorted(starts, idx, side="right") - 1
+    local = idx - starts[group]
     for n, p in enumerate(parts):
-        sel = group[idx] == n
-        if sel.any():
-            built = p.mask[local[idx[sel]]] if isinstance(p, Front) else p.masks(local[idx[sel]])
-            mask[np.flatnonzero(sel)] = built
+        sel = np.flatnonzero(group == n) if len(parts) > 1 else np.arange(len(idx))
+        if len(sel):
+            built = p.mask[local[sel]] if isinstance(p, Front) else p.masks(local[sel])
+            mask[sel] = built
     return Front(a[idx], b[idx], size[idx], rc[idx], top[idx], mask)

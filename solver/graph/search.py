@@ -34,6 +34,14 @@ sweep. Departures from the paper, all to make the result exact for the model abo
   beyond, only the smallest inner vertices are candidates (a heuristic, with a warning). The
   paper keeps every division vertex of an expanded complex division.
 
+**Limits.** ``time_limit`` (seconds of wall time) and ``work_limit`` (candidates examined:
+rows of the fronts before pruning plus one per front pruned, counted in
+``solver.graph.dp.Context.tick``) stop the budgeted search with the best set found and a
+lower bound (below). The work limit is deterministic: the same graph, budget and limits stop
+at the same evaluation on any machine and under any load, so the result does too
+(``jaxremat.remat_graph`` uses it by default; tests/test_acg_budget.py checks it on a
+slowed-down search).
+
 Exactness: with integer sizes (bytes), the result is optimal for the model (checked against
 brute force over all subsets in tests/test_acg.py). With fractional sizes, max terms closer
 than ``1e-9`` of the total size are not told apart.
@@ -79,7 +87,7 @@ whose ``lb`` is still a lower bound for them (the least relaxed recompute, the s
 or ``max(cap, Lagrangian prebound)`` when nothing is under the cap); (iii) nothing under
 ``cap = stop``: every set in it has recompute ``>= stop >= floor``; (iv) at the end, the
 ones still in the heap, each with recompute ``>= lb``. The heap pops the least ``lb``
-first, so at a time limit the interval being evaluated has the least ``lb`` of all in (iv),
+first, so at a time or work limit the interval being evaluated has the least ``lb`` of all in (iv),
 and every fitting set is covered by one of the four. ``best`` only decreases, so the ``stop``
 of an earlier drop is at least the current one, and costs are non-negative, so the bound is
 clamped at 0. When the search ends with ``gap=0``, the bound reported is ``recompute``
@@ -140,7 +148,7 @@ MAX_STEP = 0.08
 
 def checkpoint_search(
     graph: Graph, *, budget: float | None = None, time_limit: float | None = None,
-    gap: float = 0.0,
+    gap: float = 0.0, work_limit: int | None = None,
 ) -> CheckpointSet:
     """Feng & Huang's optimal gradient checkpoints of ``graph`` (module docstring).
 
@@ -152,6 +160,12 @@ def checkpoint_search(
         runs to the end). When they run out, the best set found so far is returned (it fits
         the budget but may not have the least recompute), a ``RuntimeWarning`` says so and
         ``recompute_lower_bound`` says how far from the least it may be. Default: no limit.
+      work_limit: candidates the budgeted search may examine: rows of the division-tree
+        DP's fronts before pruning, plus one per front pruned, summed over its evaluations
+        (about 3 million a CPU second on the 2-core container of benchmarks/RESULTS.md).
+        When they run out it stops as for ``time_limit``, but at the same point on every
+        run: the result depends on the graph and the limits only, not on the machine's
+        speed or load. Default: no limit. Both limits may be given; the first reached stops.
       gap: relative optimality gap of the budgeted search, in ``[0, 1)``: it stops once no
         set can have less than ``(1 - gap)`` times the recompute of the best set found, so
         the result's recompute is at most ``least / (1 - gap)``. Default 0: exact.
@@ -163,7 +177,7 @@ def checkpoint_search(
       ``peak`` the predicted training memory, ``recompute`` the cost of the local forwards.
       With ``budget``, ``recompute_lower_bound`` is a proven lower bound on the least
       recompute of any set that fits (module docstring): ``recompute`` itself when the
-      search ran to the end with ``gap=0``, less after a time limit or with a gap.
+      search ran to the end with ``gap=0``, less after a time or work limit or with a gap.
 
     Raises:
       InfeasibleBudget: no checkpoint set fits ``budget``; ``min_budget`` is the least
@@ -175,9 +189,10 @@ def checkpoint_search(
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"checkpoint_search expects a solver.Graph, got {type(graph).__name__}.")
-    if budget is None and (time_limit is not None or gap != 0.0):
+    if budget is None and (time_limit is not None or work_limit is not None or gap != 0.0):
         raise ValueError(
-            "checkpoint_search: time_limit and gap apply to the budgeted search only; pass a "
+            "checkpoint_search: time_limit, work_limit and gap apply to the budgeted search "
+            "only; pass a "
             "budget, or leave them out (the least-memory search always runs to the end)."
         )
     if budget is not None:
@@ -186,14 +201,18 @@ def checkpoint_search(
         if time_limit is not None:
             time_limit = check_real(time_limit, "time_limit",
                                     hint="Pass seconds, or None for no limit.")
+        if work_limit is not None:
+            work_limit = check_real(work_limit, "work_limit",
+                                    hint="Pass a number of candidates such as 3e6, or None for no limit.")
     search, (mem, rc, kept) = _searched(graph)
     bound = None
     if budget is not None:
         if mem > budget + search.eps:
             raise InfeasibleBudget(budget, mem, _METHOD, units="bytes")
         deadline = np.inf if time_limit is None else time.monotonic() + time_limit
-        (mem, rc, kept), bound = search.least_recompute(budget, incumbent=(mem, rc, kept),
-                                                        deadline=deadline, gap=gap)
+        (mem, rc, kept), bound = search.least_recompute(
+            budget, incumbent=(mem, rc, kept), deadline=deadline, gap=gap,
+            work_limit=np.inf if work_limit is None else work_limit)
     return search.result(kept, bound)
 
 
@@ -227,6 +246,10 @@ class _Search:
         self.tol = 1.0 if self.integral else 1e-9 * max(total, 1.0)
         self.total = total
         self.evaluations = 0
+        # memory_of by kept set: the greedy passes of searches at different budgets share
+        # their first steps (same order of vertices), so later searches mostly look it up
+        self._memory: dict[frozenset, tuple[float, float, float]] = {}
+        self._memory_lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
     def _solve(self, ctx: Context, seg_limit: float, size_limit: float):
@@ -234,6 +257,18 @@ class _Search:
         ctx.size_limit = size_limit + self.eps
         self.evaluations += 1
         return evaluate(self.tree, ctx, {"cc"})["cc"]
+
+    def _memory_of(self, kept: set[int]) -> tuple[float, float, float]:
+        """:func:`memory_of` of ``kept``, cached (bounded: cleared past 8192 sets)."""
+        key = frozenset(kept)
+        found = self._memory.get(key)
+        if found is None:
+            found = memory_of(self.graph, kept)
+            with self._memory_lock:
+                if len(self._memory) > 8192:
+                    self._memory.clear()
+                self._memory[key] = found
+        return found
 
     def _kept(self, mask: int) -> list[int]:
         return [v for v in range(1, len(self.graph) - 1) if mask >> v & 1]
@@ -299,14 +334,15 @@ class _Search:
         for v in sorted(range(1, len(graph) - 1), key=lambda v: -ratio[v]):
             if v in kept or graph.costs[v] <= 0:
                 continue
-            mem, _, rc = memory_of(graph, kept | {v})
+            mem, _, rc = self._memory_of(kept | {v})
             if mem <= budget + self.eps:
                 kept.add(v)
                 if rc < best[1]:
                     best = (mem, rc, sorted(kept))
         return best
 
-    def least_recompute(self, budget: float, incumbent, deadline: float = np.inf, gap: float = 0.0):
+    def least_recompute(self, budget: float, incumbent, deadline: float = np.inf, gap: float = 0.0,
+                        work_limit: float = np.inf):
         """Best-first branch and bound over max-term intervals ``[lo, hi]`` (module docstring).
 
         The heap's least ``lb`` bounds every set not yet excluded, so stopping once it
@@ -324,7 +360,8 @@ class _Search:
         """
         limit = budget + self.eps
         ctx = Context(self.graph.sizes, self.graph.costs, budget_mode=True, knapsack_limit=limit,
-                      memory_limit=limit, deadline=deadline, bounded=self.tree,
+                      memory_limit=limit, deadline=deadline, work_limit=work_limit,
+                      bounded=self.tree,
                       lagrangian=Lagrangian.for_graph(self.graph.sizes, self.graph.costs))
         best = self._first_incumbent(budget, incumbent)
         unit = 1.0 if self.integral else self.tol
@@ -349,7 +386,7 @@ class _Search:
                 for child in self._abandon(box, wide, unit):
                     heapq.heappush(heap, child)
                 continue
-            except TimeLimit:  # best-first: every interval left has none below lb
+            except TimeLimit:  # time or work: best-first, every interval left has none below lb
                 bound = max(0.0, min(lb, floor, best[1]))
                 _warn_time_limit(best[1], bound)
                 return best, bound
@@ -421,11 +458,12 @@ class _Interval(NamedTuple):
 
 
 def _warn_time_limit(best: float, bound: float) -> None:
-    """Say that the budgeted search stopped at its time limit, and how far from the least
-    recompute its best set may be (``bound``: a lower bound on the least)."""
+    """Say that the budgeted search stopped at its time or work limit, and how far from the
+    least recompute its best set may be (``bound``: a lower bound on the least)."""
     proven = f"{100 * (1 - bound / best):.3g}%" if best > 0 else "0%"
     warnings.warn(
-        "checkpoint_search: the time limit ran out; returning the best checkpoint set found, "
+        "checkpoint_search: the time limit ran out (or the work limit); returning the best "
+        "checkpoint set found, "
         f"which fits the budget but may not have the least recompute (it is within {proven} "
         f"of the least: recompute {best:.6g}, lower bound {bound:.6g}, kept as "
         "CheckpointSet.recompute_lower_bound).", RuntimeWarning, stacklevel=4)
