@@ -204,6 +204,43 @@ def test_profile_once_across_steps_and_budgets(x, monkeypatch):
     assert plan.budget == 400_000
 
 
+def test_concurrent_calls_plan_once_and_caches_stay_bounded(x, monkeypatch):
+    """Four threads plan the same model and shapes at once: one profile, one plan object;
+    the module-wide caches are bounded LRUs (jaxremat.lru.LRU)."""
+    import threading
+
+    calls = []
+    real = jnnx.profile_sequence
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jnnx, "profile_sequence", counting)
+    model = make("45%", seed=11)
+    y = x[:11]  # a batch size no other test plans: nothing cached yet
+    barrier = threading.Barrier(4)
+    plans, errors = [], []
+
+    def call():
+        try:
+            barrier.wait()
+            plans.append(model.plan(y))
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(plans) == 4
+    assert len(calls) == 1
+    assert all(plan is plans[0] for plan in plans)
+    for cache in (jnnx._profiles, jnnx._plans, jnnx._pure_fns):
+        assert len(cache) <= cache.maxsize == jnnx._CACHE_SIZE
+
+
 def test_relative_budget_is_a_share_of_no_remat_memory(x):
     model = make("50%")
     plan = model.plan(x)

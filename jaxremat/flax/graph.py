@@ -29,7 +29,7 @@ The budget means what it means for :func:`jaxremat.remat_graph`: measured activa
 
 from __future__ import annotations
 
-import collections
+import threading
 from typing import Any
 
 import jax
@@ -38,12 +38,13 @@ from flax import nnx
 from ..budget import check_budget
 from ..graph.memo import PlanningMemo
 from ..graph.remat import WORK_LIMIT, GraphPlan, RematGraph, check_graph_settings
-from .nnx import _remember
+from ..lru import LRU
 
 __all__ = ["RematModule"]
 
-_graphs: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
-_memos: "collections.OrderedDict[Any, PlanningMemo]" = collections.OrderedDict()
+_graphs = LRU(128)  # (graph definition, settings) -> RematGraph
+_memos = LRU(128)  # graph definition -> PlanningMemo
+_making = threading.Lock()  # get-or-make: one RematGraph and one memo per key
 
 
 def _pure_call(graphdef: nnx.GraphDef, state: Any, args: tuple) -> tuple[Any, Any]:
@@ -59,14 +60,17 @@ def _graph_for(graphdef: nnx.GraphDef, budget: Any, max_vertices: int, time_limi
     those of one graph definition share a :class:`jaxremat.graph.memo.PlanningMemo`, so a
     new budget reuses the traced graph, the least-memory search and the measurements."""
     key = (graphdef, budget, max_vertices, time_limit, work_limit)
-    graph = _graphs.get(key)
-    if graph is None:
-        memo = _memos.get(graphdef)
-        if memo is None:
-            memo = _remember(_memos, graphdef, PlanningMemo())
-        graph = _remember(_graphs, key, RematGraph(
-            lambda state, args: _pure_call(graphdef, state, args),
-            budget, max_vertices, time_limit, memo=memo, work_limit=work_limit))
+    with _making:
+        graph = _graphs.get(key)
+        if graph is None:
+            memo = _memos.get(graphdef)
+            if memo is None:
+                memo = PlanningMemo()
+                _memos.put(graphdef, memo)
+            graph = RematGraph(lambda state, args: _pure_call(graphdef, state, args),
+                               budget, max_vertices, time_limit, memo=memo,
+                               work_limit=work_limit)
+            _graphs.put(key, graph)
     return graph
 
 

@@ -30,7 +30,6 @@ only sees the blocks' input, knows the call it belongs to.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import functools
@@ -43,6 +42,7 @@ import jax.numpy as jnp
 import solver
 
 from ..budget import format_bytes, resolve_budget
+from ..lru import LRU
 from .meter import activation_memory
 
 __all__ = ["SCOPES", "ScopeNote", "record_calls", "current_call", "probe", "fit", "fit_step",
@@ -98,7 +98,10 @@ class _State(threading.local):
 
 
 _state = _State()
-_fits: "collections.OrderedDict[tuple, tuple[Any, ScopeNote]]" = collections.OrderedDict()
+_fits = LRU(_CACHE_SIZE)  # key -> (choice, note, plan) of fit
+_fitting = threading.RLock()
+"""Held while a missing fit is searched, so that concurrent calls measure once; reentrant:
+the measured step may run other remat_blocks models."""
 
 
 def record_calls(cls: type) -> None:
@@ -241,13 +244,6 @@ def _search(measured: Callable[[dict], tuple[int, dict]], budget: Any, *, method
     return choice, note(measured=value * batch), plan
 
 
-def _remember(cache: collections.OrderedDict, key: tuple, value: Any) -> Any:
-    cache[key] = value
-    if len(cache) > _CACHE_SIZE:
-        cache.popitem(last=False)
-    return value
-
-
 def fit(key: tuple, measure: Callable[[], int], budget: Any, *, batch: int = 1, step: str,
         method: str) -> tuple[dict, ScopeNote, Any]:
     """The blocks' plan whose measured whole step fits ``budget`` (cached under ``key``).
@@ -269,13 +265,18 @@ def fit(key: tuple, measure: Callable[[], int], budget: Any, *, batch: int = 1, 
       solver.InfeasibleBudget: no plan tried fits; ``min_budget`` is the least measured
         whole step among them (for the whole batch).
     """
-    if key not in _fits:
-        _remember(_fits, key, _search(_measurer(measure), budget, method=method, batch=batch,
-                                      step=step))
-    return _fits[key]
+    found = _fits.get(key)
+    if found is None:
+        with _fitting:
+            found = _fits.get(key)
+            if found is None:
+                found = _search(_measurer(measure), budget, method=method, batch=batch,
+                                step=step)
+                _fits.put(key, found)
+    return found
 
 
-_explicit: "collections.OrderedDict[tuple, tuple[dict, ScopeNote, Any]]" = collections.OrderedDict()
+_explicit = LRU(_CACHE_SIZE)  # the model call's key -> fit_step's (choice, note, plan)
 
 
 def fitted(key: tuple) -> tuple[dict, ScopeNote, Any] | None:
@@ -301,7 +302,8 @@ def fit_step(model: Any, loss_fn: Callable[..., Any], batch: tuple, budget: Any,
     if calls[0] is None:
         raise RuntimeError(f"run_blocks ran outside the model's __call__ while {name}(model, "
                            "*batch) was measured; use remat_blocks(..., scope='blocks').")
-    return _remember(_explicit, key_of(*calls[0]), result)
+    _explicit.put(key_of(*calls[0]), result)
+    return result
 
 
 def measure_call(model: Any, args: tuple, kwargs: dict, loss: Callable[[Any], Any]) -> Callable[[], int]:

@@ -49,14 +49,15 @@ dict as keyword arguments, anything else as the single argument.
 
 from __future__ import annotations
 
-import collections
 import functools
+import threading
 from typing import Any, Callable, Sequence
 
 from flax import nnx
 
 from ..sequence.apply import apply_plan
 from ..budget import check_budget
+from ..lru import LRU
 from ..sequence.plan import Plan, check_settings, solve_plan
 from ..sequence.policies import check_policies
 from ..sequence.profile import Profile, profile_sequence
@@ -66,24 +67,23 @@ from ..trees import abstractify, leaf_shapes, signature
 __all__ = ["RematSequential", "plan_modules", "run_modules"]
 
 _CACHE_SIZE = 128
-_profiles: "collections.OrderedDict[tuple, Profile]" = collections.OrderedDict()
-_plans: "collections.OrderedDict[tuple, Plan]" = collections.OrderedDict()
-_pure_fns: "collections.OrderedDict[Any, Callable]" = collections.OrderedDict()
-
-
-def _remember(cache: collections.OrderedDict, key: tuple, value: Any) -> Any:
-    cache[key] = value
-    if len(cache) > _CACHE_SIZE:
-        cache.popitem(last=False)
-    return value
+_profiles = LRU(_CACHE_SIZE)  # profile key -> Profile
+_plans = LRU(_CACHE_SIZE)  # plan key -> Plan
+_pure_fns = LRU(_CACHE_SIZE)  # layer definition -> its pure function
+_planning = threading.RLock()
+"""Held while a missing plan is profiled and solved, so that concurrent calls with the same
+shapes profile once; reentrant: a layer may itself run a RematSequential."""
+_making = threading.Lock()  # get-or-make of one pure function per layer definition
 
 
 def shared_function(key: Any, make: Callable[[], Callable]) -> Callable:
     """One function object per layer definition ``key`` (``make()`` builds it the first
     time), so that identical layers are profiled once (the profiler memoises by function)."""
-    fn = _pure_fns.get(key)
-    if fn is None:
-        fn = _remember(_pure_fns, key, make())
+    with _making:
+        fn = _pure_fns.get(key)
+        if fn is None:
+            fn = make()
+            _pure_fns.put(key, fn)
     return fn
 
 
@@ -158,15 +158,20 @@ def plan_pure_layers(
     plan = _plans.get(plan_key)
     if plan is not None:
         return plan
-    profile = _profiles.get(profile_key)
-    if profile is None:
-        profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs,
-                                   input_grad=input_grad, policies=menu)
-        _remember(_profiles, profile_key, profile)
-    plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend,
-                      batch_size=batch, input_grad=input_grad,
-                      input_shapes=leaf_shapes(abstract_x))
-    return _remember(_plans, plan_key, plan)
+    with _planning:  # the first of concurrent callers plans; the others find its plan
+        plan = _plans.get(plan_key)
+        if plan is not None:
+            return plan
+        profile = _profiles.get(profile_key)
+        if profile is None:
+            profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs,
+                                       input_grad=input_grad, policies=menu)
+            _profiles.put(profile_key, profile)
+        plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend,
+                          batch_size=batch, input_grad=input_grad,
+                          input_shapes=leaf_shapes(abstract_x))
+        _plans.put(plan_key, plan)
+    return plan
 
 
 def plan_modules(
