@@ -18,6 +18,7 @@ import solver
 from jaxremat import activation_memory, remat_sequence
 from jaxremat.sequence.apply import MAX_NESTING, apply_plan
 from jaxremat.sequence.flat_apply import nesting_depth
+from threads import call_together
 
 
 def tanh_layer(w, x):
@@ -151,29 +152,12 @@ def test_profile_cache_tells_a_new_function_from_a_reused_id(monkeypatch):
 def test_plan_cache_thread_safe_and_bounded(monkeypatch):
     """Four threads call with the same shapes: one profile, one plan; the plan cache keeps
     at most PLAN_CACHE_SIZE signatures (least recently used out)."""
-    import threading
-
     import jaxremat.sequence.remat as sequence_module
 
     calls = _count_profiles(monkeypatch)
     layers, params, x = small_stack(6)
     seq = remat_sequence(layers, "50%", policies=())
-    barrier = threading.Barrier(4)
-    plans, errors = [], []
-
-    def call():
-        try:
-            barrier.wait()
-            plans.append(seq.plan(params, x))
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=call) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    plans = call_together(lambda: seq.plan(params, x))
     assert seq.profile_count == 1 and len(calls) == 2  # first layer + the others
     assert all(plan is plans[0] for plan in plans)
 

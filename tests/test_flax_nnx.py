@@ -12,6 +12,7 @@ from flax import nnx
 
 import solver
 import jaxremat.flax.nnx as jnnx
+from threads import call_together
 from jaxremat.flax import RematSequential, remat_blocks
 
 DIM, BATCH, DEPTH = 24, 16, 5
@@ -184,7 +185,8 @@ def test_split_merge_and_static_budget(x):
     assert nnx.split(model)[0] != graphdef
 
 
-def test_profile_once_across_steps_and_budgets(x, monkeypatch):
+def count_profiles(monkeypatch) -> list:
+    """A list that grows by one at each ``profile_sequence`` call of the NNX wrapper."""
     calls = []
     real = jnnx.profile_sequence
 
@@ -193,6 +195,11 @@ def test_profile_once_across_steps_and_budgets(x, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(jnnx, "profile_sequence", counting)
+    return calls
+
+
+def test_profile_once_across_steps_and_budgets(x, monkeypatch):
+    calls = count_profiles(monkeypatch)
     model = make("55%", seed=7)  # fresh shapes key: a batch size not used elsewhere
     y = x[:12]
     run_steps(model, y, steps=2)
@@ -207,34 +214,10 @@ def test_profile_once_across_steps_and_budgets(x, monkeypatch):
 def test_concurrent_calls_plan_once_and_caches_stay_bounded(x, monkeypatch):
     """Four threads plan the same model and shapes at once: one profile, one plan object;
     the module-wide caches are bounded LRUs (jaxremat.lru.LRU)."""
-    import threading
-
-    calls = []
-    real = jnnx.profile_sequence
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(jnnx, "profile_sequence", counting)
+    calls = count_profiles(monkeypatch)
     model = make("45%", seed=11)
     y = x[:11]  # a batch size no other test plans: nothing cached yet
-    barrier = threading.Barrier(4)
-    plans, errors = [], []
-
-    def call():
-        try:
-            barrier.wait()
-            plans.append(model.plan(y))
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=call) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors and len(plans) == 4
+    plans = call_together(lambda: model.plan(y))
     assert len(calls) == 1
     assert all(plan is plans[0] for plan in plans)
     for cache in (jnnx._profiles, jnnx._plans, jnnx._pure_fns):
