@@ -7,15 +7,15 @@ The profiler and :class:`jaxremat.RematSequence` both work from *abstract* value
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 
-from .measure.meter import aval_nbytes
-
 __all__ = [
     "abstractify",
+    "aval_nbytes",
     "leaf_bytes",
     "tree_bytes",
     "signature",
@@ -23,6 +23,26 @@ __all__ = [
     "check_params",
     "cotangent_struct",
 ]
+
+
+def aval_nbytes(aval: Any) -> int:
+    """Bytes of one value of abstract value ``aval``: ``size * dtype.itemsize``.
+
+    Tokens and other shapeless avals take 0 bytes, so does ``float0``; a typed PRNG key
+    array takes its key data's bytes (its key dtype's ``itemsize`` is the key data size).
+    """
+    shape = getattr(aval, "shape", None)
+    dtype = getattr(aval, "dtype", None)
+    if shape is None or dtype is None or dtype == jax.dtypes.float0:
+        return 0
+    try:
+        size = int(math.prod(shape))
+    except (TypeError, jax.errors.InconclusiveDimensionOperation) as error:  # symbolic dims
+        raise TypeError(
+            f"Cannot measure a value of shape {shape}: the memory meter needs concrete "
+            f"shapes. Trace the program with concrete input shapes (no shape polymorphism)."
+        ) from error
+    return size * int(dtype.itemsize)
 
 
 def leaf_bytes(leaf: Any) -> int:

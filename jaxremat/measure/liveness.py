@@ -9,13 +9,13 @@ public entry points (``program_memory``, ``activation_memory``, ``inputs_read``)
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Callable, Iterable, NamedTuple
 
 import jax
 from jax.extend.core import DropVar, Jaxpr, Literal
 
 from ..jax_compat import check_known, in_host_memory, is_call, sub_jaxprs
+from ..trees import aval_nbytes
 
 __all__ = ["LiveValue", "Walker", "aval_nbytes", "device_nbytes", "is_view", "KEPT", "UNCOUNTED",
            "DEAD", "OUTSIDE"]
@@ -36,26 +36,6 @@ class LiveValue:
     aval: str
     nbytes: int
 
-
-
-def aval_nbytes(aval: Any) -> int:
-    """Bytes of one value of abstract value ``aval``: ``size * dtype.itemsize``.
-
-    Tokens and other shapeless avals take 0 bytes, so does ``float0``; a typed PRNG key
-    array takes its key data's bytes (its key dtype's ``itemsize`` is the key data size).
-    """
-    shape = getattr(aval, "shape", None)
-    dtype = getattr(aval, "dtype", None)
-    if shape is None or dtype is None or dtype == jax.dtypes.float0:
-        return 0
-    try:
-        size = int(math.prod(shape))
-    except (TypeError, jax.errors.InconclusiveDimensionOperation) as error:  # symbolic dims
-        raise TypeError(
-            f"Cannot measure a value of shape {shape}: the memory meter needs concrete "
-            f"shapes. Trace the program with concrete input shapes (no shape polymorphism)."
-        ) from error
-    return size * int(dtype.itemsize)
 
 
 def device_nbytes(aval: Any) -> int:

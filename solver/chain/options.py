@@ -35,14 +35,11 @@ and ``F_none`` run the layer without a tape and cost the chain's fields (column 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
 from ..errors import float_array
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .chain import Chain
 
 __all__ = ["LayerOptions", "LayerCosts", "layer_costs", "option_index", "MAX_OPTIONS"]
 
@@ -52,6 +49,21 @@ FLOAT_FIELDS = ("xbar_size", "fwd_time", "fwd_tape_time", "bwd_time", "fwd_tmp",
 _OPTIONAL = {"fwd_time", "fwd_tape_time", "fwd_tmp", "bwd_tmp", "output_in_tape", "name",
              "x_read_size"}
 _KEYS = set(FLOAT_FIELDS) | _OPTIONAL
+
+
+class ChainFields(Protocol):
+    """What the options table reads of a chain (:class:`solver.chain.chain.Chain` has it;
+    a protocol, so that this module does not import the chain that holds the table)."""
+
+    length: int
+    xbar_size: np.ndarray
+    fwd_time: np.ndarray
+    fwd_tape_time: np.ndarray
+    bwd_time: np.ndarray
+    fwd_tmp: np.ndarray
+    bwd_tmp: np.ndarray
+    output_in_tape: np.ndarray
+    x_read_size: np.ndarray
 
 
 def _matrix(name: str, values: Any, shape: tuple[int, int], valid: np.ndarray) -> np.ndarray:
@@ -172,7 +184,7 @@ class LayerOptions:
         return self.valid.sum(axis=1)
 
     @classmethod
-    def from_columns(cls, chain: "Chain", extra: Sequence[Sequence[Mapping[str, Any]]]
+    def from_columns(cls, chain: ChainFields, extra: Sequence[Sequence[Mapping[str, Any]]]
                      ) -> "LayerOptions":
         """Option 0 from ``chain``'s fields, options ``1, 2, ...`` of layer ``i`` from ``extra[i]``.
 
@@ -225,13 +237,13 @@ class LayerOptions:
                    x_read_size=None if same else np.where(valid, read, 0.0), **arrays)
 
     @classmethod
-    def of_chain(cls, chain: "Chain") -> "LayerOptions":
+    def of_chain(cls, chain: ChainFields) -> "LayerOptions":
         """The one-option table of a chain: column 0 only (its own fields)."""
         return cls(output_in_tape=chain.output_in_tape[:, None],
                    valid=np.ones((chain.length, 1), dtype=bool),
                    **{name: getattr(chain, name)[:, None] for name in FLOAT_FIELDS})
 
-    def check_chain(self, chain: "Chain") -> None:
+    def check_chain(self, chain: ChainFields) -> None:
         """Raise ``ValueError`` unless these options fit ``chain``: ``L`` rows, column 0 equal
         to the chain's fields, and every tape holding the layer's output."""
         if self.length != chain.length:
@@ -298,7 +310,7 @@ class LayerCosts(NamedTuple):
     bwd_tmp: float
 
 
-def option_index(chain: "Chain", i: int, option: Any) -> int:
+def option_index(chain: ChainFields, i: int, option: Any) -> int:
     """``option`` as an int if layer ``i`` of ``chain`` offers it, else ``ValueError``."""
     if isinstance(option, bool) or not hasattr(option, "__index__"):
         raise ValueError(f"Layer {i}'s option must be an integer, got {option!r}.")
@@ -315,7 +327,7 @@ def option_index(chain: "Chain", i: int, option: Any) -> int:
     )
 
 
-def layer_costs(chain: "Chain", i: int, k: int = 0) -> LayerCosts:
+def layer_costs(chain: ChainFields, i: int, k: int = 0) -> LayerCosts:
     """The costs of ``F_all(i)`` with option ``k`` (checked with :func:`option_index` first)."""
     if k == 0:
         xbar, inside = float(chain.xbar_size[i]), bool(chain.output_in_tape[i])
