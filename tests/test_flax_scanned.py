@@ -177,9 +177,10 @@ def test_policies_are_passed_to_remat_scan(x, monkeypatch):
     import jaxremat.flax.scanned as scanned
     seen = []
 
-    def remat_scan(layer, budget, *, method, costs, policies):
+    def remat_scan(layer, budget, *, method, costs, policies, unroll):
         seen.append(policies)
-        return jaxremat.remat_scan(layer, budget, method=method, costs=costs, policies=policies)
+        return jaxremat.remat_scan(layer, budget, method=method, costs=costs, policies=policies,
+                                   unroll=unroll)
     monkeypatch.setattr(scanned, "remat_scan", remat_scan)
 
     @remat_blocks("blocks", budget="100%", scope="blocks", policies="dots_saveable")

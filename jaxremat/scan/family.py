@@ -143,7 +143,8 @@ def chain_options(chain: Chain) -> int:
     return int(valid.argmin()) if not valid.all() else int(valid.size)
 
 
-def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0) -> float:
+def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
+                unroll: int = UNROLL) -> float:
     """Bytes to add to the unrolled chain's simulated peak of ``member`` for its loops and
     parameter slices: what the program-order meter (:func:`jaxremat.activation_memory`,
     loops as in :mod:`jaxremat.measure.meter`) counts and the chain does not.
@@ -155,7 +156,7 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0) -> f
     residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
     layer's tape under the member's option (none when every segment is one layer in one
     scan, ``jax.checkpoint`` per layer, where the carry alone is counted twice: ``x``; and
-    none when the innermost runs are unrolled, :data:`jaxremat.scan.members.UNROLL`: no loop
+    none when the innermost runs are unrolled, of at most ``unroll`` layers: no loop
     there; exact for segments of two, an upper bound below more levels). A level that does
     not reshape the parameters
     (:func:`jaxremat.scan.members.reshaped`) splits them (``lax.split``) and the meter
@@ -172,7 +173,7 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0) -> f
         return x
     tape = float(chain.xbar_size[0] if chain.options is None or not member.option
                  else chain.options.xbar_size[0, member.option])
-    if sizes and sizes[-1] <= UNROLL:  # the innermost runs are unrolled: no loop there
+    if sizes and sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop there
         tape = 0.0
     split = 0.0
     if sizes and not reshaped(L, sizes):

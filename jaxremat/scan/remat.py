@@ -142,12 +142,12 @@ def _split(params: Any, lengths: list[int]) -> list[Any]:
     return [jax.tree.unflatten(treedef, [parts[j] for parts in cut]) for j in range(len(lengths))]
 
 
-def _scan_layers(layer: Callable, params: Any, x: Any, unroll: bool = False) -> Any:
-    """``layer`` over ``params`` stacked on axis 0: one ``lax.scan``, or with ``unroll``
-    (an inner run of at most :data:`UNROLL` layers) the layers one after the other."""
+def _scan_layers(layer: Callable, params: Any, x: Any, unroll: int = 0) -> Any:
+    """``layer`` over ``params`` stacked on axis 0: one ``lax.scan``, or for a run of at
+    most ``unroll`` layers the layers one after the other."""
     if unroll:
         length = jax.tree.leaves(params)[0].shape[0]
-        if length <= UNROLL:
+        if length <= unroll:
             for i in range(length):
                 x = layer(jax.tree.map(lambda leaf, i=i: leaf[i], params), x)
             return x
@@ -162,16 +162,17 @@ def _stored(layer: Callable, policy: Callable | None) -> Callable:
 
 
 def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: int,
-         policy: Callable | None = None, top: bool = True) -> Any:
+         policy: Callable | None = None, top: bool = True, unroll: int = UNROLL) -> Any:
     """Apply ``length`` layers (``params`` stacked on axis 0) under the levels ``sizes``,
-    the layers that store their tapes under ``policy``; the same recursion as
+    the layers that store their tapes under ``policy``, inner runs of at most ``unroll``
+    layers unrolled (:data:`jaxremat.scan.members.UNROLL`); the same recursion as
     :func:`jaxremat.scan.members.skeleton`. A top level whose size divides ``length`` is one
     scan over the parameters reshaped to ``(length / k, k, ...)``: no copy (a leading-axis
     reshape is a bitcast), one loop."""
     while sizes and sizes[0] >= length:
         sizes = sizes[1:]
     if not sizes:
-        return _scan_layers(_stored(layer, policy), params, x, unroll=not top)
+        return _scan_layers(_stored(layer, policy), params, x, unroll=0 if top else unroll)
     if top and reshaped(length, sizes):
         size = sizes[0]
         if size == 1:  # jax.checkpoint per layer in one scan: the segment is the layer
@@ -179,26 +180,26 @@ def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: i
             return _scan_layers(segment, params, x)
         count = length // size
         rows = jax.tree.map(lambda leaf: leaf.reshape((count, size) + leaf.shape[1:]), params)
-        body = functools.partial(_segment, layer, sizes[1:], size, policy)
+        body = functools.partial(_segment, layer, sizes[1:], size, policy, unroll)
         return _scan_layers(jax.checkpoint(body, prevent_cse=False), rows, x)
     parts = pieces(length, sizes[0])
     groups = _runs(parts[:-1])
     chunks = _split(params, [size * len(group) for size, group in groups] + [parts[-1]])
     for (size, group), chunk in zip(groups, chunks):
         count = len(group)
-        body = functools.partial(_segment, layer, sizes[1:], size, policy)
+        body = functools.partial(_segment, layer, sizes[1:], size, policy, unroll)
         if count == 1:
             x = jax.checkpoint(body, prevent_cse=True)(chunk, x)
         else:  # no CSE across scan iterations: prevent_cse is not needed (jax.checkpoint docs)
             segment = jax.checkpoint(body, prevent_cse=False)
             rows = jax.tree.map(lambda leaf: leaf.reshape((count, size) + leaf.shape[1:]), chunk)
             x = jax.lax.scan(lambda h, p: (segment(p, h), None), x, rows)[0]
-    return _run(layer, sizes[1:], chunks[-1], x, parts[-1], policy, top=False)
+    return _run(layer, sizes[1:], chunks[-1], x, parts[-1], policy, top=False, unroll=unroll)
 
 
 def _segment(layer: Callable, sizes: tuple[int, ...], length: int, policy: Callable | None,
-             params: Any, x: Any) -> Any:
-    return _run(layer, sizes, params, x, length, policy, top=False)
+             unroll: int, params: Any, x: Any) -> Any:
+    return _run(layer, sizes, params, x, length, policy, top=False, unroll=unroll)
 
 
 def _runs(parts: list[int]) -> list[tuple[int, list[int]]]:
@@ -213,11 +214,11 @@ def _runs(parts: list[int]) -> list[tuple[int, list[int]]]:
 
 
 def _measured(layer: Callable, params: Any, x: Any, length: int,
-              policies: tuple[Callable | None, ...], member: NestedScan) -> int:
+              policies: tuple[Callable | None, ...], unroll: int, member: NestedScan) -> int:
     """:func:`jaxremat.activation_memory` of ``member``'s program on abstract inputs, the
     sum of the (inexact) output leaves as the loss."""
     def loss(p: Any, h: Any) -> Any:
-        out = _run(layer, member.sizes, p, h, length, policies[member.option])
+        out = _run(layer, member.sizes, p, h, length, policies[member.option], unroll=unroll)
         return sum(jnp.sum(jnp.real(leaf)).astype(jnp.float32) for leaf in jax.tree.leaves(out)
                    if jnp.issubdtype(leaf.dtype, jnp.inexact))
     return activation_memory(loss, params, x)
@@ -243,7 +244,8 @@ class RematScan:
     """
 
     def __init__(self, layer: Callable, budget: int | float | str, *, method: str = "rotor",
-                 costs: str = "static", max_levels: int = 2, policies: Any = None) -> None:
+                 costs: str = "static", max_levels: int = 2, policies: Any = None,
+                 unroll: int = UNROLL) -> None:
         if not callable(layer):
             raise TypeError(f"layer must be a function layer(params, x) -> y, got "
                             f"{type(layer).__name__}.")
@@ -257,6 +259,9 @@ class RematScan:
         self._layer, self._budget = layer, check_budget(budget)
         self._method, self._costs, self._max_levels = method, costs, max_levels
         self._policies = check_policies(policies) if method == "rotor" else ()
+        if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 0:
+            raise ValueError(f"unroll must be an integer >= 0, got {unroll!r}.")
+        self._unroll = unroll
         self._cache: dict[tuple, ScanPlan] = {}
         self.profile_count = 0
 
@@ -333,9 +338,10 @@ class RematScan:
         self.profile_count += 1
         chain = _whole_inputs(profile.chain)
         param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
-        margin = functools.partial(loop_margin, chain, param_bytes=param_bytes / batch)
+        margin = functools.partial(loop_margin, chain, param_bytes=param_bytes / batch,
+                                   unroll=self._unroll)
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
-                                    option_policies(profile.layers[0]))
+                                    option_policies(profile.layers[0]), self._unroll)
         if not is_share(self._budget):  # bytes: no need to measure the plain scan
             budget = parse_budget(self._budget)
         else:
@@ -371,7 +377,7 @@ class RematScan:
         """
         plan = self._plan(stacked_params, x)
         return _run(self._layer, plan.member.sizes, stacked_params, x, plan.length,
-                    plan.policy)
+                    plan.policy, unroll=self._unroll)
 
     def cache_clear(self) -> None:
         """Forget the cached plans."""
@@ -379,7 +385,8 @@ class RematScan:
 
 
 def remat_scan(layer: Callable, budget: int | float | str, *, method: str = "rotor",
-               costs: str = "static", max_levels: int = 2, policies: Any = None) -> RematScan:
+               costs: str = "static", max_levels: int = 2, policies: Any = None,
+               unroll: int = UNROLL) -> RematScan:
     """``f(stacked_params, x)``: ``layer`` scanned over parameters stacked on axis 0, with
     the fastest nested-scan rematerialization that fits ``budget`` (module docstring).
 
@@ -398,9 +405,12 @@ def remat_scan(layer: Callable, budget: int | float | str, *, method: str = "rot
         only. A member of the family is then, e.g., the plain scan with the layer under
         ``dots_saveable``, or checkpointed segments whose layers run under it. Only
         ``method="rotor"`` uses them.
+      unroll: inner runs of at most this many layers run unrolled inside the scan over
+        their segments rather than as a nested scan (:data:`jaxremat.scan.members.UNROLL`:
+        fewer loop bodies to compile, less memory); 0 scans every run.
 
     Returns:
       A :class:`RematScan`, usable under ``jax.jit``, ``jax.grad`` and ``jax.vmap``.
     """
     return RematScan(layer, budget, method=method, costs=costs, max_levels=max_levels,
-                     policies=policies)
+                     policies=policies, unroll=unroll)
