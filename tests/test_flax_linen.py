@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import solver
+from recomputed import count_primitive, expected_marks
 import jaxremat.flax.nnx as jnnx
 from jaxremat.flax.linen import RematSequential
 
@@ -100,19 +101,6 @@ def test_step_equals_the_plain_model(x, variables, plain_step, budget, method):
     assert not np.allclose(jax.tree.leaves(updates)[0], jax.tree.leaves(variables)[0])
 
 
-def count_primitive(jaxpr, name: str) -> int:
-    """Occurrences of ``name``, counting each use of a (possibly shared) sub-jaxpr."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    total = 0
-    for eqn in jaxpr.eqns:
-        total += eqn.primitive.name == name
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(sub, (jax.extend.core.ClosedJaxpr, jax.extend.core.Jaxpr)):
-                    total += count_primitive(sub, name)
-    return total
-
-
 @pytest.mark.parametrize("budget", ["40%", "100%"])
 def test_the_schedule_is_applied(x, variables, budget):
     model = make(budget)
@@ -125,11 +113,7 @@ def test_the_schedule_is_applied(x, variables, budget):
 
     jaxpr = jax.make_jaxpr(jax.grad(loss))(variables["params"])
     expected = sum(plan.forward_counts[:DEPTH])
-    # a tape stored under a checkpoint policy (dots) recomputes its tanh in the backward
-    policies = sum(option != "everything" for option in plan.options[:DEPTH])
-    # (at most: on JAX 0.12 the 40% plan, since Chain.x_read_size, has one policy layer whose
-    # tanh the backward does not recompute -- not yet explained; JAX 0.10 recomputes all)
-    assert expected <= count_primitive(jaxpr, "tanh") <= expected + policies
+    assert count_primitive(jaxpr, "tanh") == expected_marks(plan, DEPTH)  # (its docstring)
     assert (expected > DEPTH) == (budget == "40%")
 
 
