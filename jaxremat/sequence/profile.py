@@ -264,7 +264,8 @@ def profile_sequence(
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
     )
     reads = _read_sizes(profiles, sizes)
-    chain = dataclasses.replace(chain, x_read_size=[r[0] for r in reads])
+    chain = dataclasses.replace(chain, x_read_size=[r[0] for r in reads],
+                                x_rec_size=_rec_sizes(profiles, sizes, reads))
     chain = with_options(chain, profiles, reads)
     return Profile(chain=chain, layers=tuple(profiles), costs=costs)
 
@@ -310,6 +311,42 @@ def _read_sizes(profiles: Sequence[LayerProfile],
         else:
             reads = [max(r, total - t) for r, t in zip(reads, tapes)]
         result.append(reads)
+    return result
+
+
+def _rec_sizes(profiles: Sequence[LayerProfile], sizes: Sequence[Sequence[int]],
+               reads: Sequence[Sequence[float]]) -> list[float]:
+    """``x_rec_size`` per layer: the bytes of the leaves of ``x[i]`` a recomputation from
+    layer ``i`` reads. Backwards from the last layer (whose recomputation builds only its
+    tape): the leaves the tape-only forward of any option reads, those computing the leaves
+    of ``x[i+1]`` the next layer's recomputation reads need, and the leaves ``B(i-1)`` reads
+    as its output; at least every option's ``x_read_size``. An upper bound for a segment
+    ending before the last layer, exact where the needed leaves are the same for every
+    segment (a stack of equal blocks)."""
+    result = [0.0] * len(profiles)
+    needed: list[bool] | None = None  # leaves of x[i+1] a recomputation reads (None: all)
+    for i in range(len(profiles) - 1, -1, -1):
+        profile, leaves = profiles[i], sizes[i]
+        tapes = [profile.tape_deps] + [o.tape_deps for o in profile.options]
+        reads_in = [profile.input_read] + [o.input_read for o in profile.options]
+        deps = profile.output_deps
+        measured = all(len(t) == len(leaves) for t in tapes) and (
+            needed is not None and len(deps) == len(needed)
+            or i == len(profiles) - 1)
+        if not measured:
+            read = [True] * len(leaves)
+        else:
+            read = _leaves_read(tapes + reads_in, len(leaves))
+            for flags in (deps[o] for o, n in enumerate(needed or ()) if n):
+                read = [a or (b if len(flags) == len(read) else True)
+                        for a, b in zip(read, flags)]
+            if i > 0:
+                prev = profiles[i - 1]
+                before = _leaves_read([prev.output_read] + [o.output_read for o in prev.options],
+                                      len(leaves))
+                read = [a or b for a, b in zip(read, before)]
+        result[i] = max(float(sum(n for n, r in zip(leaves, read) if r)), max(reads[i]))
+        needed = read
     return result
 
 
