@@ -11,9 +11,10 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
 - ``cout[p, k]``: ``cout[i+1, k]`` is the part of ``cbw[i+1, k]`` that ``B(i)`` does not hold:
   the size of ``x[i+1]`` when layer ``i``'s output is outside that option's tape, else 0
   (see :mod:`solver.chain.rotor`),
-- ``cfree[p, k]`` (``p = 0..L``): ``Chain.option_x_free[i, k]``, the part of ``x[i]`` that
-  ``F_all(i)`` with option ``k`` frees (0 for the loss); the chain option's sub-solve gets
-  ``m - cbw[i+1, k] + cfree[i, k]``,
+- ``cfree[c, p, k]`` (``p = 0..L``): ``Chain.option_x_free[i, k]``, the part of ``x[i]``
+  that ``F_all(i)`` with option ``k`` frees (0 for the loss) in context ``c`` (see
+  "Checkpoints held in part"); the chain option's sub-solve gets ``m - cbw[i+1, k] +
+  cfree[c, i, k]``; ``crf[p]``: what ``F_ck(i)`` frees of ``x[i]`` (``Chain.x_rec_free``),
 - ``cgone[p, k]``: what the chain option's ``B(i)`` no longer holds of ``tape[i]``:
   ``cout[i+1, k]``, or ``cfree[i+1, 0]`` where the output is in the tape (``Chain`` makes
   it the same for every option of layer ``i+1`` then) (the sub-solve's
@@ -34,7 +35,7 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
   least time the layer can cost in a chain option / in the base case (see Saturation).
 
 The table of the time DP is triangular: the pair ``(i, l)`` with ``i <= l`` owns row
-``off[i] + l - i`` of a ``(pairs, M + 1)`` float32 array whose last, contiguous axis is the
+``off[i] + l - i`` of a ``(pairs, M + 1)`` float32 array per context (below) whose last, contiguous axis is the
 memory ``m``. So the inner loop of the leaf option is a contiguous, vectorisable sweep over
 ``m``, and the table needs ``4 (L+1)(L+2)/2 (M+1)`` bytes. Options only multiply the chain
 option and the base case, ``O(L^2 K M)``, by ``K``; the leaves, ``O(L^3 M)``, are as before.
@@ -64,6 +65,19 @@ Rotor's lower bound ``m∅`` (:func:`fill_bounds`) assumes ``x[i]`` is held whol
 forwards of ``(i, l)`` run; once ``F_all(i)`` cuts it (``cfree > 0``) a later forward may
 need less, so then ``m∅`` is 0: every option's start already checks each of its ops
 (``F_all``, ``B``, the forwards of a leaf, the sub-solves), so the bound only prunes.
+
+Checkpoints held in part (``Chain.x_rec_size``): ``F_ck(i)`` cuts ``x[i]`` to what a
+recomputation reads, freeing ``crf[i]`` (units, rounded down). A subproblem's input is then
+whole or already cut, so every pair has two contexts (the leading axis ``c`` of ``opt``,
+``mmin``, ``sat`` and ``cfree``): ``c = 0``, ``x[i]`` whole (``m`` excludes ``cw[i]``), and
+``c = 1``, ``x[i]`` cut by its ``F_ck`` (``m`` excludes the cut size; ``F_all(i)`` frees only
+what is left, ``cfree[1] = cfree[0] - crf``, and ``F_ck(i)`` frees nothing). The leaf ``j``
+of ``(i, l)`` in context ``c`` solves ``(j, l)`` in context 0 with ``m - cw[j] + b`` and its
+body ``(i, j-1)`` in context 1 with ``m + b``, ``b = crf[i]`` in context 0 (else 0); the
+chain option's ``(i+1, l)`` is in context 0 (``F_all(i)`` stored ``x[i+1]`` whole). Reads
+above ``M`` belong to memories no plan reaches (a subproblem's ``m`` is at most ``M`` less
+its input), so the leaf is swept only up to ``M - b``. Without cuts (``crf`` all zero) the
+table has the one context 0 and ``rc = 0``: the kernels are those of Rotor's DP above.
 
 There is no decision table: the row of best times is enough to recover a decision, by
 recomputing the options at the one ``(i, l, m)`` asked (:func:`decide`, :func:`decide_base`)

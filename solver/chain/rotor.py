@@ -59,6 +59,15 @@ options). The DP remains exact among persistent plans, now with an option per ``
 (tests/test_options.py checks it against every plan and option of small chains). Without
 options ``K = 1`` and every number is as before.
 
+Checkpoints held in part (``Chain.x_rec_size``, :mod:`solver.chain.simulator`): once
+``F_ck(i)`` has run, ``x[i]`` holds only what a recomputation reads. Each subproblem ``(i,
+l)`` then has two contexts, its input whole (the spine after a leaf, the chain option's
+sub-solve, the root) or already cut (a checkpoint's body until its first op): the leaf
+option gives its sub-solves the bytes its ``F_ck(i)`` freed, and the body's ``F_all(i)``
+frees only the rest (:mod:`solver.chain.kernels`, "Checkpoints held in part"; the min-peak
+kernel likewise). Exact against every plan (tests/test_rotor.py, tests/test_options.py);
+without cuts the table has one context and is the DP above.
+
 Memory is discretised: a table built for ``max_budget`` with ``slots`` slots has unit
 ``max_budget / slots`` and sizes rounded **up** to units, so every schedule it returns fits
 the real budget. When every size is an integer and ``slots >= max_budget`` the unit is 1 and
