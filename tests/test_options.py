@@ -123,7 +123,7 @@ def test_dp_is_exact_over_every_plan_and_option_five_layers(chain):
 
 
 @settings(max_examples=60, deadline=None)
-@given(option_chains(max_layers=3, max_options=2, read=True), st.data())
+@given(option_chains(max_layers=3, max_options=2, read=True, rec=True), st.data())
 def test_exhaustive_oracle_with_options(chain, data):
     """A* with options equals a plain Dijkstra over every op, option and drop, and is never
     slower than the best persistent plan (Rotor's DP)."""

@@ -200,6 +200,27 @@ def test_x_read_size_is_the_part_of_the_input_the_backward_reads():
         chain, none_plan(3)).peak + 3 * leaf
 
 
+def test_rotor_fits_at_every_layer_measured_memory_of_a_pytree_stack():
+    """At the memory every_layer measures on a ``{h, skip}`` stack, the chain predicts it
+    exactly up to the clamped ``bwd_tmp`` (checkpoints hold ``h`` only, Chain.x_rec_size),
+    so solve's plan fits that memory and is no slower than every_layer (with checkpoints
+    held whole every_layer was predicted 1 KiB per checkpoint above it and did not fit)."""
+    xs = {"h": _array(30, (B, D_IN)), "skip": _array(31, (B, D_IN))}
+    layers, params = [_skip_block] * 3, [_array(32 + i, (D_IN, D_IN)) for i in range(3)]
+    chain = profile_sequence(layers, params, xs, policies=()).chain
+    loss = lambda y: jnp.sum(y["h"]) + jnp.sum(y["skip"])  # noqa: E731
+    every = every_layer_plan(3)
+    budget = activation_memory(lambda p, x: loss(apply_plan(every, layers, p, x)), params, xs)
+    budget += B * D_IN * F32 * 2  # the clamped bwd_tmp (test above)
+    schedule = solver.solve(chain, budget)
+    assert schedule.time <= solver.make_schedule(chain, every).time
+    measured = activation_memory(lambda p, x: loss(apply_plan(schedule.plan, layers, p, x)),
+                                 params, xs)
+    assert measured <= schedule.peak <= budget
+    whole = dataclasses.replace(chain, x_rec_size=None)
+    assert solver.make_schedule(whole, every).peak > budget
+
+
 def test_abstract_traced_and_concrete_inputs_give_the_same_chain():
     layers = [_dense] * 3
     params = [{"w": _array(i, (16, 16)), "b": jnp.zeros(16)} for i in range(3)]
