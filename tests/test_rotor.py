@@ -242,16 +242,21 @@ def test_chain_option_does_not_overcount():
     assert RotorTable(chain, 4, slots=4).schedule(4).plan == (Layer(0),)
 
 
-@pytest.mark.parametrize("flagged", [False, True])
-def test_rounded_table_fits_real_budget(flagged):
+@pytest.mark.parametrize("flagged,cut", [(False, False), (True, False), (True, True)])
+def test_rounded_table_fits_real_budget(flagged, cut):
     rng = np.random.default_rng(3)
     for _ in range(20):
         L = int(rng.integers(2, 30))
         x = rng.uniform(0.5, 10, L + 1)
         flags = rng.random(L) < 0.5 if flagged else None
+        # inputs read in part, checkpoints held in part (at least what B reads)
+        read = x[:L] * rng.uniform(0.2, 1, L) if cut else None
+        rec = read + (x[:L] - read) * rng.uniform(0, 1, L) if cut else None
         chain = Chain(fwd_time=rng.uniform(0, 3, L), bwd_time=rng.uniform(0, 5, L), x_size=x,
-                      xbar_size=x[1:] * rng.uniform(1, 3, L), fwd_tmp=rng.uniform(0, 4, L),
-                      bwd_tmp=rng.uniform(0, 4, L), output_in_tape=flags)
+                      xbar_size=x[1:] * rng.uniform(1, 3, L) + (x[:L] if cut else 0),
+                      fwd_tmp=rng.uniform(0, 4, L),
+                      bwd_tmp=rng.uniform(0, 4, L), output_in_tape=flags, x_read_size=read,
+                      x_rec_size=rec)
         low, high = rotor_min_budget(chain), no_remat_peak(chain)
         table = RotorTable(chain, high, slots=int(rng.integers(5, 300)))
         assert not table.exact
