@@ -29,8 +29,9 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
 - ``F_ck`` and ``F_none`` run the layer without a tape and cost column 0: ``cum``, float64
   prefix sums of ``fw[:, 0]`` (the recomputation cost of the leaf option ``j`` is
   ``float32(cum[j] - cum[i])``, the same bits everywhere), and ``fneed[i, j]``, the memory
-  ``F_ck(i), F_none(i+1..j-1)`` need above ``g[l+1]``: ``max(cw[i+1] + ftmp[i, 0],
-  max_{i<k<j} cw[k] + cw[k+1] + ftmp[k, 0])``,
+  ``F_none(i+1..j-1)`` need above ``g[l+1]``: ``max_{i<k<j} cw[k] + cw[k+1] + ftmp[k, 0]``
+  (0 for ``j = i + 1``), less what ``F_ck(i)`` freed before them; ``F_ck(i)`` itself needs
+  ``cw[i+1] + ftmp[i, 0]``,
 - ``lean_chain[i, k]`` / ``lean_base[i, k]``: option ``k`` of layer ``i`` reaches the
   least time the layer can cost in a chain option / in the base case (see Saturation).
 
@@ -215,7 +216,7 @@ def fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, lean_chain, lean_b
             sat[c, row] = saturated
         mnull[row] = 0
         mx = cw[i + 1] + ftmin[i]  # max_{i<k<l} maintained as l grows
-        fx = cw[i + 1] + ftmp[i, 0]
+        fx = 0  # the F_none part of fneed
         for l in range(i + 1, L + 1):
             fneed[i, l] = fx
             row = off[i] + (l - i)
@@ -233,7 +234,7 @@ def fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, lean_chain, lean_b
                         saturated = min(saturated,
                                         max(start, cbw[i + 1, k] - cfree[c, i, k] + sat[0, rest]))
                 for j in range(i + 1, l + 1):
-                    s = _leaf_start(cw, off, mnull, mmin, fneed, b, i, l, j)
+                    s = _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j)
                     if s < first and s <= M - b:
                         first = s
                 mmin[c, row] = min(first, M + 1)
@@ -255,16 +256,18 @@ def _update(opt, c, row, ra, rc, rb, shift, b, s, e, prefix):
 
 
 @njit(cache=True, inline="always")
-def _leaf_start(cw, off, mnull, mmin, fneed, b, i, l, j):
+def _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j):
     """First feasible ``m`` of the leaf option ``j`` of ``(i, l)``; ``b``: what its ``F_ck(i)``
-    frees of ``x[i]`` (``crf[i]`` in context 0, else 0). The leaf exists for ``m <= M - b``."""
+    frees of ``x[i]`` (``crf[i]`` in context 0, else 0), from its ``F_none`` on. The leaf
+    exists for ``m <= M - b``."""
     rc = mmin.shape[0] - 1
-    return max(max(mnull[off[i] + (l - i)], cw[l + 1] + fneed[i, j]),
+    return max(max(mnull[off[i] + (l - i)],
+                   cw[l + 1] + max(cw[i + 1] + ftmp[i, 0], fneed[i, j] - b)),
                max(cw[j] - b + mmin[0, off[j] + (l - j)], mmin[rc, off[i] + (j - 1 - i)] - b))
 
 
 @njit(cache=True, inline="always")
-def _leaves(opt, cw, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l, j0, j1):
+def _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l, j0, j1):
     """Leaf options ``j0 <= j <= j1`` of the pair ``(i, l)``, ``i < l``, in context ``c``.
 
     Leaf ``j``: ``F_ck(i), F_none(i+1..j-1)``, solve ``(j, l)`` holding ``x[j]``, then solve
@@ -276,7 +279,7 @@ def _leaves(opt, cw, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l, j0, j1)
     b = crf[i] if c == 0 else 0
     hi = min(M - b, sat[c, row] - 1)
     for j in range(j0, j1 + 1):
-        s = _leaf_start(cw, off, mnull, mmin, fneed, b, i, l, j)
+        s = _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j)
         if s <= hi:
             _update(opt, c, row, off[j] + (l - j), rc, off[i] + (j - 1 - i), cw[j] - b, b, s, hi,
                     np.float32(cum[j] - cum[i]))
@@ -343,8 +346,8 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cu
                 for c in range(C):
                     _start_cell(opt, c, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
                     if i < l:
-                        _leaves(opt, cw, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l, i + 1,
-                                l)
+                        _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                                i + 1, l)
                         _chain(opt, c, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin,
                                M, i, l)
         for lb in range(ib + 1, nb):
@@ -366,7 +369,7 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cu
                         if mb > M - b:
                             continue
                         prefix = np.float32(cum[j] - cum[i])
-                        fi = fneed[i, j]
+                        fi = max(cw[i + 1] + ftmp[i, 0], fneed[i, j] - b)
                         for l in range(l_lo, l_hi + 1):
                             row = off[i] + (l - i)
                             ra = off[j] + (l - j)
@@ -378,9 +381,9 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cu
             for i in range(i_hi, i_lo - 1, -1):
                 for l in range(l_lo, l_hi + 1):
                     for c in range(C):
-                        _leaves(opt, cw, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l, i + 1,
-                                i_hi)
-                        _leaves(opt, cw, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                        _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                                i + 1, i_hi)
+                        _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
                                 l_lo + 1, l)
                         _chain(opt, c, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin,
                                M, i, l)
@@ -423,7 +426,7 @@ def decide(opt, cw, cbw, cgone, cfree, crf, ftmp, btmp, fw, bw, cum, off, mnull,
                 return -k
     b = crf[i] if c == 0 else 0
     for j in range(i + 1, l + 1):
-        if m >= _leaf_start(cw, off, mnull, mmin, fneed, b, i, l, j) and m <= M - b:
+        if m >= _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j) and m <= M - b:
             v = (np.float32(cum[j] - cum[i]) + opt[0, off[j] + (l - j), m - cw[j] + b]
                  + opt[rc, off[i] + (j - 1 - i), m + b])
             if v == best:

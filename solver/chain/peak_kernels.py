@@ -23,7 +23,8 @@ def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, peak
     :mod:`solver.chain.kernels`).
 
     Base ``(i, i)``: the least over options ``k`` of :func:`~solver.chain.kernels.base_threshold`.
-    Leaf ``j``: ``max(m∅, cw[l+1] + fneed(i, j), cw[j] - b + P_0[j][l], P_rc[i][j-1] - b)``
+    Leaf ``j``: ``max(m∅, cw[l+1] + max(cw[i+1] + ftmp[i], fneed(i, j) - b), cw[j] - b +
+    P_0[j][l], P_rc[i][j-1] - b)``
     (``b = crf[i]`` in context 0, else 0). Chain with option ``k``:
     :func:`~solver.chain.kernels.chain_start` with ``P_0[i+1][l]`` (the corrected
     recurrence). The least over options. Equal peaks are broken by the time of the options'
@@ -64,12 +65,12 @@ def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, peak
                     if v < best or (v == best and t < best_time):
                         best, best_time, arg = v, t, -k
                 prefix = 0.0
-                fx = cw[i + 1] + ftmp[i, 0]
+                fx = 0.0  # F_none(i+1..j-1), after F_ck(i) freed b of x[i]
                 for j in range(i + 1, l + 1):
                     prefix += fw[j - 1, 0]
                     if j > i + 1:
                         fx = max(fx, cw[j - 1] + cw[j] + ftmp[j - 1, 0])
-                    v = max(max(mnull, cw[l + 1] + fx),
+                    v = max(max(mnull, cw[l + 1] + max(cw[i + 1] + ftmp[i, 0], fx - b)),
                             max(cw[j] - b + peak[0, j, l], peak[rc, i, j - 1] - b))
                     if v <= best:
                         t = prefix + time[0, j, l] + time[rc, i, j - 1]
