@@ -47,7 +47,7 @@ DOTS = BASE.with_options(LayerOptions.from_columns(
 
 
 @st.composite
-def option_chains(draw, max_layers=4, max_options=3, read=False):
+def option_chains(draw, max_layers=4, max_options=3, read=False, rec=False):
     """Integer chains (flagged outputs, tape-only forwards) with 1..max_options options."""
     L = draw(st.integers(1, max_layers))
     ints = lambda n, hi: draw(st.lists(st.integers(0, hi), min_size=n, max_size=n))  # noqa: E731
@@ -70,16 +70,17 @@ def option_chains(draw, max_layers=4, max_options=3, read=False):
                             output_in_tape=draw(st.booleans())))
         extra.append(row)
     if read:  # B(i) reads a part of x[i] under each option; F_all(i) frees the rest
-        chain = _read_in_part(draw, chain, extra)
+        chain = _read_in_part(draw, chain, extra, rec)
     return chain.with_options(LayerOptions.from_columns(chain, extra))
 
 
-def _read_in_part(draw, chain, extra):
+def _read_in_part(draw, chain, extra, rec=False):
     """Draw ``x_read_size`` per layer and option (into ``extra``; the chain's own returned):
     at least ``x[i]`` less the option's tape, one value per layer where the layer before
-    has an option whose output is in its tape (what ``Chain`` requires)."""
+    has an option whose output is in its tape (what ``Chain`` requires). With ``rec``, also
+    ``x_rec_size``: between the largest read and ``x[i]``."""
     x, L = chain.x_size.astype(int), chain.length
-    own = []
+    own, kept = [], []
     for i in range(L):
         tapes = [int(chain.xbar_size[i])] + [int(o["xbar_size"]) for o in extra[i]]
         shared = i > 0 and (chain.output_in_tape[i - 1] or any(
@@ -90,9 +91,10 @@ def _read_in_part(draw, chain, extra):
         else:
             reads = [draw(st.integers(max(0, x[i] - t), x[i])) for t in tapes]
         own.append(reads[0])
+        kept.append(draw(st.integers(max(reads), x[i])) if rec else x[i])
         for option, r in zip(extra[i], reads[1:]):
             option["x_read_size"] = r
-    return dataclasses.replace(chain, x_read_size=own)
+    return dataclasses.replace(chain, x_read_size=own, x_rec_size=kept)
 
 
 @settings(max_examples=120, deadline=None)
@@ -107,6 +109,12 @@ def test_dp_is_exact_with_inputs_read_in_part(chain):
     check_exact(chain)
 
 
+@settings(max_examples=40, deadline=None)
+@given(option_chains(read=True, rec=True))
+def test_dp_is_exact_with_checkpoints_held_in_part(chain):
+    check_exact(chain)
+
+
 @pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(option_chains(max_layers=5))
@@ -115,7 +123,7 @@ def test_dp_is_exact_over_every_plan_and_option_five_layers(chain):
 
 
 @settings(max_examples=60, deadline=None)
-@given(option_chains(max_layers=3, max_options=2, read=True), st.data())
+@given(option_chains(max_layers=3, max_options=2, read=True, rec=True), st.data())
 def test_exhaustive_oracle_with_options(chain, data):
     """A* with options equals a plain Dijkstra over every op, option and drop, and is never
     slower than the best persistent plan (Rotor's DP)."""

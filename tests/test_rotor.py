@@ -24,6 +24,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from solver import Chain, Checkpoint, InfeasibleBudget, Layer, make_schedule, simulate
+from solver.chain.schedule import plan_to_ops
+from solver.chain.simulator import memory_trace
 from solver.chain.rotor import RotorTable, min_peak_schedule, plan_from_decisions, rotor_min_budget
 
 from plans import check_exact
@@ -94,7 +96,7 @@ def no_remat_peak(chain: Chain) -> float:
 
 
 @st.composite
-def integer_chains(draw, max_layers=5, flagged=False, read=False):
+def integer_chains(draw, max_layers=5, flagged=False, read=False, rec=False):
     L = draw(st.integers(1, max_layers))
     ints = lambda n, hi: draw(st.lists(st.integers(0, hi), min_size=n, max_size=n))
     x = ints(L + 1, 6)
@@ -103,8 +105,12 @@ def integer_chains(draw, max_layers=5, flagged=False, read=False):
     # B(i) reads x_read[i] of x[i]; F_all(i) may free at most its tape, x[i+1] + extra[i].
     x_read = ([draw(st.integers(max(0, x[i] - x[i + 1] - extra[i]), x[i])) for i in range(L)]
               if read else None)
+    # A checkpoint x[i] keeps x_rec[i] (at least what B(i) reads) for its recomputation.
+    x_rec = ([draw(st.integers(x_read[i] if read else x[i], x[i])) for i in range(L)]
+             if rec else None)
     return Chain(
         x_read_size=x_read,
+        x_rec_size=x_rec,
         fwd_time=fwd,
         fwd_tape_time=[draw(st.integers(0, f)) for f in fwd],
         bwd_time=ints(L, 5),
@@ -236,16 +242,21 @@ def test_chain_option_does_not_overcount():
     assert RotorTable(chain, 4, slots=4).schedule(4).plan == (Layer(0),)
 
 
-@pytest.mark.parametrize("flagged", [False, True])
-def test_rounded_table_fits_real_budget(flagged):
+@pytest.mark.parametrize("flagged,cut", [(False, False), (True, False), (True, True)])
+def test_rounded_table_fits_real_budget(flagged, cut):
     rng = np.random.default_rng(3)
     for _ in range(20):
         L = int(rng.integers(2, 30))
         x = rng.uniform(0.5, 10, L + 1)
         flags = rng.random(L) < 0.5 if flagged else None
+        # inputs read in part, checkpoints held in part (at least what B reads)
+        read = x[:L] * rng.uniform(0.2, 1, L) if cut else None
+        rec = read + (x[:L] - read) * rng.uniform(0, 1, L) if cut else None
         chain = Chain(fwd_time=rng.uniform(0, 3, L), bwd_time=rng.uniform(0, 5, L), x_size=x,
-                      xbar_size=x[1:] * rng.uniform(1, 3, L), fwd_tmp=rng.uniform(0, 4, L),
-                      bwd_tmp=rng.uniform(0, 4, L), output_in_tape=flags)
+                      xbar_size=x[1:] * rng.uniform(1, 3, L) + (x[:L] if cut else 0),
+                      fwd_tmp=rng.uniform(0, 4, L),
+                      bwd_tmp=rng.uniform(0, 4, L), output_in_tape=flags, x_read_size=read,
+                      x_rec_size=rec)
         low, high = rotor_min_budget(chain), no_remat_peak(chain)
         table = RotorTable(chain, high, slots=int(rng.integers(5, 300)))
         assert not table.exact
@@ -373,3 +384,37 @@ def test_x_read_size_is_checked():
         Chain(**kw, x_read_size=[3, 2])  # would free 3 of x0 beside a tape of 2
     with pytest.raises(ValueError, match="x_read_size"):
         Chain(**kw, x_read_size=[1])
+
+
+# --- checkpoints held in part (Chain.x_rec_size): exact against every plan --------------
+
+
+@sweep(300, quick=75)
+@given(integer_chains(max_layers=4, flagged=True, read=True, rec=True))
+def test_checkpoint_part_dp_is_exact_over_every_plan(chain):
+    """With x_rec_size < x_size (F_ck(i) cuts x[i] to what its recomputation reads), the
+    DP's time at every budget is the least simulated time of the plans that fit, and its
+    minimum budget the least simulated peak (its two contexts: a subproblem's input whole,
+    or already cut)."""
+    check_exact(chain)
+
+
+def test_checkpoint_is_cut_by_its_forward():
+    # x = [4, 4, 1], tapes [4, 1]; B(0) reads 1 of x0 and B(1) 3 of x1, and so do the
+    # recomputations. Every layer checkpointed: F_ck(0) peaks at x0 + x1 = 8, then x0 is
+    # cut to 1 (5 held, 8 without the cut); F_ck(1) peaks at 1 + 4 + 1 = 6 and cuts x1 to 3
+    # (5 held, 9 without). The recomputation's F_all(1) reads the cut x1.
+    kw = dict(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[4, 4, 1], xbar_size=[4, 1],
+              x_read_size=[1, 3])
+    whole, part = Chain(**kw), Chain(**kw, x_rec_size=[1, 3])
+    plan = (Checkpoint(0, 1, (Layer(0),)), Checkpoint(1, 2, (Layer(1),)))
+    ops = plan_to_ops(plan, 2)
+    assert [m for _, m, _ in memory_trace(whole, ops)[:2]] == [8, 9]
+    assert [m for _, m, _ in memory_trace(part, ops)][:2] == [5, 5]
+    assert [p for _, _, p in memory_trace(part, ops)][:2] == [8, 6]
+    assert part.x_rec_free.tolist() == [3.0, 1.0] and not whole.x_rec_free.any()
+    check_exact(part)
+    with pytest.raises(ValueError, match="x_rec_size"):
+        Chain(**dict(kw, x_read_size=[2, 3]), x_rec_size=[1, 3])  # below what B(0) reads
+    with pytest.raises(ValueError, match="exceeds x_size"):
+        Chain(**kw, x_rec_size=[5, 3])

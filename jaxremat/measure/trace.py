@@ -52,6 +52,9 @@ class TracedLayer:
       input_read, output_read: per leaf of ``x`` / ``y``, whether the pullback reads it (it
         is a read residual). ``jax.grad`` frees the leaves of ``x`` no pullback reads once the
         forward has run: ``solver.Chain.x_read_size``.
+      tape_deps: per leaf of ``x``, whether the tape-only forward (:func:`tape_forward`)
+        reads it; output_deps: per leaf of ``y``, the leaves of ``x`` computing it reads
+        (``()``: not measured). They give ``solver.Chain.x_rec_size``.
     """
 
     forward: ClosedJaxpr
@@ -66,6 +69,25 @@ class TracedLayer:
     host_bytes: int = 0
     input_read: tuple[bool, ...] = ()
     output_read: tuple[bool, ...] = ()
+    tape_deps: tuple[bool, ...] = ()
+    output_deps: tuple[tuple[bool, ...], ...] = ()
+
+
+def input_deps(forward: ClosedJaxpr, num_outputs: int, used: Sequence[bool], num_x: int
+               ) -> tuple[tuple[bool, ...], tuple[tuple[bool, ...], ...]]:
+    """Which leaves of the input ``x`` (the last ``num_x`` inputs of ``forward``) the
+    forward reads to compute the residuals the pullback reads, and to compute each output
+    leaf alone: JAX's dead-code elimination (:func:`_dead_code_removed`) then the meter's
+    reads (:func:`jaxremat.measure.meter.inputs_read`)."""
+    num_res = len(forward.jaxpr.outvars) - num_outputs
+
+    def reads(outputs: Sequence[bool]) -> tuple[bool, ...]:
+        return tuple(inputs_read(_dead_code_removed(forward, outputs))[-num_x:]) if num_x else ()
+
+    tape = reads([False] * num_outputs + list(used))
+    outputs = tuple(reads([j == o for j in range(num_outputs)] + [False] * num_res)
+                    for o in range(num_outputs))
+    return tape, outputs
 
 
 def _layer_error(index: int, x: Any, error: Exception) -> Exception:
@@ -247,10 +269,13 @@ def trace_layer(
     used = tuple(inputs_read(backward)[:len(residuals)])
     num_outputs = len(jax.tree.leaves(output))
     tape = _tape_bytes(forward, num_outputs, tree_bytes(output), used)
+    num_x = len(jax.tree.leaves(x))
     x_vars = forward.jaxpr.invars[len(forward.jaxpr.invars) - len(jax.tree.leaves(x)):]
+    tape_deps, output_deps = input_deps(forward, num_outputs, used, num_x)
     return TracedLayer(forward, output, tuple(residuals), used, pullback, cotangent, backward,
                        tape, _reads_output(forward, num_outputs, used),
                        _host_bytes(forward, num_outputs, used),
                        _leaves_read(forward, num_outputs, used, x_vars),
                        _leaves_read(forward, num_outputs, used,
-                                    forward.jaxpr.outvars[:num_outputs]))
+                                    forward.jaxpr.outvars[:num_outputs]),
+                       tape_deps, output_deps)

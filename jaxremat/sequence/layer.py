@@ -50,7 +50,8 @@ class OptionProfile:
         ``tape_bytes``, which counts the device).
       transfer_time: seconds to copy them one way (``host_bytes`` / bandwidth); the times
         above include it as :func:`jaxremat.measure.offload.offload_times` overlaps it.
-      input_read, output_read: as for :class:`LayerProfile`, with the policy applied.
+      input_read, output_read, tape_deps: as for :class:`LayerProfile`, with the policy
+        applied.
     """
 
     name: str
@@ -68,6 +69,7 @@ class OptionProfile:
     transfer_time: float = 0.0
     input_read: tuple[bool, ...] = ()
     output_read: tuple[bool, ...] = ()
+    tape_deps: tuple[bool, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +89,9 @@ class LayerProfile:
         (module docstring); ``fwd_tape_time <= fwd_time``.
       input_read, output_read: per leaf of the input / output, whether the backward reads it
         (``()``: not measured, every leaf counts as read). They give ``Chain.x_read_size``.
+      tape_deps, output_deps: the leaves of the input that the tape-only forward reads, and
+        per output leaf those computing it reads (``()``: not measured, all). They give
+        ``Chain.x_rec_size`` (:func:`jaxremat.measure.trace.input_deps`).
       options: the layer's options k = 1, 2, ... (:class:`OptionProfile`), after merging.
       dropped: ``(option name, reason)`` for each option left off the layer's menu: JAX
         rejected its policy, its tape equals another option's, or the whole tape dominates it.
@@ -109,6 +114,8 @@ class LayerProfile:
     dropped: tuple[tuple[str, str], ...] = ()
     input_read: tuple[bool, ...] = ()
     output_read: tuple[bool, ...] = ()
+    tape_deps: tuple[bool, ...] = ()
+    output_deps: tuple[tuple[bool, ...], ...] = ()
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -182,6 +189,7 @@ def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str
         bwd_time=bwd_time, fwd_flops=fwd_flops, bwd_flops=bwd_flops,
         output_in_tape=traced.output_in_tape,
         input_read=traced.input_read, output_read=traced.output_read,
+        tape_deps=traced.tape_deps, output_deps=traced.output_deps,
         # a part of the forward's work; timing noise or XLA's counts must not make it dearer
         fwd_tape_time=min(tape_time, fwd_time), fwd_tape_flops=min(tape_flops, fwd_flops),
     )

@@ -73,6 +73,7 @@ def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyO
         fwd_tape_flops=min(found["fwd_tape_flops"], base.fwd_flops),
         bwd_flops=max(found["bwd_flops"], base.bwd_flops), output_in_tape=found["output_in_tape"],
         input_read=found["input_read"], output_read=found["output_read"],
+        tape_deps=found["tape_deps"],
     )
     if traced.host_bytes:
         fwd, tape, bwd, transfer = offload.offload_times(

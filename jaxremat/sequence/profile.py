@@ -24,6 +24,12 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   recompute from the input read all of it, so each option has its own; where layer ``i-1``
   reads its output, every option of layer ``i`` gets the largest (``solver.Chain`` asks it).
   The simulator then frees the rest of ``x[i]`` after ``F_all(i)`` (``solver.Chain.x_read_size``).
+* ``x_rec_size[i]``: the bytes of the leaves of ``x[i]`` a recomputation from layer ``i``
+  reads: those the tape-only forwards of layer ``i``'s options read and those computing
+  the leaves of ``x[i+1]`` the next layer's recomputation reads (per output leaf, from the
+  vjp forward's jaxpr after dead-code elimination, :func:`jaxremat.measure.trace.input_deps`),
+  found backwards from the last layer, with the leaves ``B(i-1)`` reads and at least every
+  ``x_read_size``. ``F_ck(i)`` cuts a checkpoint to it (``solver.Chain.x_rec_size``).
 * ``fwd_tmp[i]`` / ``bwd_tmp[i]``: the transient bytes of the layer's forward (the vjp
   forward, which computes the residuals) and of its backward (the vjp's pullback), measured
   in program order with the meter of :func:`jaxremat.activation_memory`, with the same
@@ -79,9 +85,12 @@ so it is conservative where JAX frees memory earlier than the model says:
   its backward (pre-norm residual blocks), JAX frees it after layer ``i+1``'s forward; the
   chain held it until ``B(i+1)``. The GPT and MLP stacks of ``benchmarks/jax_memory.py`` went
   from 0.955-0.98 of the prediction to 1.000 with it (benchmarks/RESULTS.md, issue 17.5).
-* A checkpoint ``x[i]`` is held whole until its segment is recomputed; JAX keeps only the
-  leaves the recomputation reads (a pytree leaf that only the output needs is dropped when
-  the recomputation is the tape-only forward of the segment's last layer).
+* Fixed by ``x_rec_size``: a checkpoint ``x[i]`` was held whole until its segment is
+  recomputed; JAX keeps only the leaves the recomputation reads (a pytree leaf that only
+  the outputs need, ``skip`` of a ``{h, skip}`` stack). ``benchmarks/holdout_stack.py`` went
+  from 0.82-0.97 of the prediction to 1.000 with it (issue 17.5).
+* Inside a recomputation the chain stores every ``x[k]`` whole, where JAX computes only
+  the leaves later recomputations read: nested plans are overestimated by those leaves.
 * A pass-through leaf of a pytree activation (``(h, skip) -> (h', skip)``) is one buffer in
   JAX but is counted in both ``x[i]`` and ``x[i+1]``.
 * Not modelled: the loss function's memory beyond the gradient of the sequence's output.
@@ -264,7 +273,8 @@ def profile_sequence(
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
     )
     reads = _read_sizes(profiles, sizes)
-    chain = dataclasses.replace(chain, x_read_size=[r[0] for r in reads])
+    chain = dataclasses.replace(chain, x_read_size=[r[0] for r in reads],
+                                x_rec_size=_rec_sizes(profiles, sizes, reads))
     chain = with_options(chain, profiles, reads)
     return Profile(chain=chain, layers=tuple(profiles), costs=costs)
 
@@ -310,6 +320,42 @@ def _read_sizes(profiles: Sequence[LayerProfile],
         else:
             reads = [max(r, total - t) for r, t in zip(reads, tapes)]
         result.append(reads)
+    return result
+
+
+def _rec_sizes(profiles: Sequence[LayerProfile], sizes: Sequence[Sequence[int]],
+               reads: Sequence[Sequence[float]]) -> list[float]:
+    """``x_rec_size`` per layer: the bytes of the leaves of ``x[i]`` a recomputation from
+    layer ``i`` reads. Backwards from the last layer (whose recomputation builds only its
+    tape): the leaves the tape-only forward of any option reads, those computing the leaves
+    of ``x[i+1]`` the next layer's recomputation reads need, and the leaves ``B(i-1)`` reads
+    as its output; at least every option's ``x_read_size``. An upper bound for a segment
+    ending before the last layer, exact where the needed leaves are the same for every
+    segment (a stack of equal blocks)."""
+    result = [0.0] * len(profiles)
+    needed: list[bool] | None = None  # leaves of x[i+1] a recomputation reads (None: all)
+    for i in range(len(profiles) - 1, -1, -1):
+        profile, leaves = profiles[i], sizes[i]
+        tapes = [profile.tape_deps] + [o.tape_deps for o in profile.options]
+        reads_in = [profile.input_read] + [o.input_read for o in profile.options]
+        deps = profile.output_deps
+        measured = all(len(t) == len(leaves) for t in tapes) and (
+            needed is not None and len(deps) == len(needed)
+            or i == len(profiles) - 1)
+        if not measured:
+            read = [True] * len(leaves)
+        else:
+            read = _leaves_read(tapes + reads_in, len(leaves))
+            for flags in (deps[o] for o, n in enumerate(needed or ()) if n):
+                read = [a or (b if len(flags) == len(read) else True)
+                        for a, b in zip(read, flags)]
+            if i > 0:
+                prev = profiles[i - 1]
+                before = _leaves_read([prev.output_read] + [o.output_read for o in prev.options],
+                                      len(leaves))
+                read = [a or b for a, b in zip(read, before)]
+        result[i] = max(float(sum(n for n, r in zip(leaves, read) if r)), max(reads[i]))
+        needed = read
     return result
 
 

@@ -96,6 +96,15 @@ class Chain:
         reads (the ``skip`` leaf of a pre-norm stack, the input of a layer whose backward
         reads only its normalised input). ``x_free[i]`` may not exceed ``xbar_size[i]`` (nor
         any option's tape). :mod:`solver.chain.simulator` and Rotor's dynamic program apply it.
+      x_rec_size: ``L`` sizes (default ``x_size[:L]``): the bytes of ``x[i]`` that the
+        recomputation of a segment starting at layer ``i`` reads (its tape-only forwards read
+        the leaves the tapes need and, through later layers, the leaves of ``x[i+1]`` they
+        read), with every byte ``B(i)`` or ``B(i-1)`` reads: at least ``x_read_size[i]`` (and
+        every option's). ``F_ck(i)`` cuts ``x[i]`` to it once it has run: a checkpoint holds
+        only what its recomputation reads (JAX's checkpoint keeps those input leaves as its
+        residuals, e.g. not the ``skip`` leaf of a ``{h, skip}`` activation that only
+        outputs need). Unlike the ``x_read_size`` cut, a recomputation's forwards may read the
+        cut ``x[i]``. :mod:`solver.chain.simulator` applies it.
       options: ``None`` (each layer's one "save" mode is its whole tape) or a
         :class:`~solver.chain.options.LayerOptions`: layer ``i`` offers ``K_i`` ways to run
         ``F_all(i)``, option 0 being the fields above (Rockmate's multi-option layers,
@@ -116,6 +125,7 @@ class Chain:
     fwd_tape_time: np.ndarray | None = None
     options: LayerOptions | None = None
     x_read_size: np.ndarray | None = None
+    x_rec_size: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         fwd = float_array(self.fwd_time, "Chain.fwd_time (one entry per layer)")
@@ -136,6 +146,8 @@ class Chain:
                               length),
             "x_read_size": (np.asarray(self.x_size, dtype=np.float64)[:length]
                             if self.x_read_size is None else self.x_read_size, length),
+            "x_rec_size": (np.asarray(self.x_size, dtype=np.float64)[:length]
+                           if self.x_rec_size is None else self.x_rec_size, length),
         }
         for name, (values, n) in fields.items():
             object.__setattr__(self, name, _as_vector(name, values, n))
@@ -161,6 +173,14 @@ class Chain:
             raise ValueError(
                 f"Chain.x_read_size[{i}] = {float(self.x_read_size[i])!r} exceeds x_size[{i}] = "
                 f"{float(self.x_size[i])!r}: B({i}) reads a part of x[{i}]; pass at most "
+                f"x_size[{i}]."
+            )
+        over = np.flatnonzero(self.x_rec_size > self.x_size[:-1])
+        if over.size:
+            i = int(over[0])
+            raise ValueError(
+                f"Chain.x_rec_size[{i}] = {float(self.x_rec_size[i])!r} exceeds x_size[{i}] = "
+                f"{float(self.x_size[i])!r}: a recomputation reads a part of x[{i}]; pass at most "
                 f"x_size[{i}]."
             )
         dear = np.flatnonzero(self.fwd_tape_time > self.fwd_time)
@@ -200,6 +220,14 @@ class Chain:
                 f"({float(tapes[i, k])!r}): raise x_read_size[{i}] to at least x_size[{i}] - "
                 f"{float(tapes[i, k])!r}."
             )
+        short = np.argwhere(valid & (free < self.x_rec_free[:, None]))
+        if short.size:
+            i, k = (int(v) for v in short[0])
+            raise ValueError(
+                f"Chain.x_rec_size[{i}] = {float(self.x_rec_size[i])!r} is smaller than what "
+                f"B({i}) reads of x[{i}] (option {k}: {float(self.x_size[i] - free[i, k])!r}): "
+                f"the recomputation reads at least that; raise x_rec_size[{i}]."
+            )
         for i in range(1, self.length):
             row = free[i][valid[i]]
             if inside[i - 1].any() and (row != row[0]).any():
@@ -227,6 +255,11 @@ class Chain:
     def x_free(self) -> np.ndarray:
         """Bytes of ``x[i]`` that ``F_all(i)`` frees: ``x_size[i] - x_read_size[i]``."""
         return self.x_size[:-1] - self.x_read_size
+
+    @property
+    def x_rec_free(self) -> np.ndarray:
+        """Bytes of ``x[i]`` that ``F_ck(i)`` frees: ``x_size[i] - x_rec_size[i]``."""
+        return self.x_size[:-1] - self.x_rec_size
 
     def with_options(self, options: LayerOptions | None) -> "Chain":
         """This chain with per-layer options (``None``: none), checked against its fields."""
@@ -256,7 +289,8 @@ class Chain:
     @property
     def is_integral(self) -> bool:
         """Whether every size is an integer (then the DP can run without rounding)."""
-        sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp, self.x_read_size]
+        sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp, self.x_read_size,
+                 self.x_rec_size]
         if self.options is not None:
             o = self.options
             sizes += [o.xbar_size.ravel(), o.fwd_tmp.ravel(), o.bwd_tmp.ravel()]

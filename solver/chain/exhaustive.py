@@ -220,7 +220,7 @@ class _Search:
         start = initial_state(self.chain)
         if start.memory > self.budget:
             return None
-        key = lambda s: (s.x, s.tape, s.g, s.tape_options, s.cut, s.cut_options)  # noqa: E731
+        key = lambda s: (s.x, s.tape, s.g, s.tape_options, s.cut, s.cut_options, s.rec)  # noqa: E731
         best = {key(start): 0.0}
         parent: dict[tuple, tuple[tuple, tuple[Step, ...]] | None] = {key(start): None}
         counter = itertools.count()

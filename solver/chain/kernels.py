@@ -11,9 +11,10 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
 - ``cout[p, k]``: ``cout[i+1, k]`` is the part of ``cbw[i+1, k]`` that ``B(i)`` does not hold:
   the size of ``x[i+1]`` when layer ``i``'s output is outside that option's tape, else 0
   (see :mod:`solver.chain.rotor`),
-- ``cfree[p, k]`` (``p = 0..L``): ``Chain.option_x_free[i, k]``, the part of ``x[i]`` that
-  ``F_all(i)`` with option ``k`` frees (0 for the loss); the chain option's sub-solve gets
-  ``m - cbw[i+1, k] + cfree[i, k]``,
+- ``cfree[c, p, k]`` (``p = 0..L``): ``Chain.option_x_free[i, k]``, the part of ``x[i]``
+  that ``F_all(i)`` with option ``k`` frees (0 for the loss) in context ``c`` (see
+  "Checkpoints held in part"); the chain option's sub-solve gets ``m - cbw[i+1, k] +
+  cfree[c, i, k]``; ``crf[p]``: what ``F_ck(i)`` frees of ``x[i]`` (``Chain.x_rec_free``),
 - ``cgone[p, k]``: what the chain option's ``B(i)`` no longer holds of ``tape[i]``:
   ``cout[i+1, k]``, or ``cfree[i+1, 0]`` where the output is in the tape (``Chain`` makes
   it the same for every option of layer ``i+1`` then) (the sub-solve's
@@ -28,13 +29,14 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
 - ``F_ck`` and ``F_none`` run the layer without a tape and cost column 0: ``cum``, float64
   prefix sums of ``fw[:, 0]`` (the recomputation cost of the leaf option ``j`` is
   ``float32(cum[j] - cum[i])``, the same bits everywhere), and ``fneed[i, j]``, the memory
-  ``F_ck(i), F_none(i+1..j-1)`` need above ``g[l+1]``: ``max(cw[i+1] + ftmp[i, 0],
-  max_{i<k<j} cw[k] + cw[k+1] + ftmp[k, 0])``,
+  ``F_none(i+1..j-1)`` need above ``g[l+1]``: ``max_{i<k<j} cw[k] + cw[k+1] + ftmp[k, 0]``
+  (0 for ``j = i + 1``), less what ``F_ck(i)`` freed before them; ``F_ck(i)`` itself needs
+  ``cw[i+1] + ftmp[i, 0]``,
 - ``lean_chain[i, k]`` / ``lean_base[i, k]``: option ``k`` of layer ``i`` reaches the
   least time the layer can cost in a chain option / in the base case (see Saturation).
 
 The table of the time DP is triangular: the pair ``(i, l)`` with ``i <= l`` owns row
-``off[i] + l - i`` of a ``(pairs, M + 1)`` float32 array whose last, contiguous axis is the
+``off[i] + l - i`` of a ``(pairs, M + 1)`` float32 array per context (below) whose last, contiguous axis is the
 memory ``m``. So the inner loop of the leaf option is a contiguous, vectorisable sweep over
 ``m``, and the table needs ``4 (L+1)(L+2)/2 (M+1)`` bytes. Options only multiply the chain
 option and the base case, ``O(L^2 K M)``, by ``K``; the leaves, ``O(L^3 M)``, are as before.
@@ -64,6 +66,19 @@ Rotor's lower bound ``m∅`` (:func:`fill_bounds`) assumes ``x[i]`` is held whol
 forwards of ``(i, l)`` run; once ``F_all(i)`` cuts it (``cfree > 0``) a later forward may
 need less, so then ``m∅`` is 0: every option's start already checks each of its ops
 (``F_all``, ``B``, the forwards of a leaf, the sub-solves), so the bound only prunes.
+
+Checkpoints held in part (``Chain.x_rec_size``): ``F_ck(i)`` cuts ``x[i]`` to what a
+recomputation reads, freeing ``crf[i]`` (units, rounded down). A subproblem's input is then
+whole or already cut, so every pair has two contexts (the leading axis ``c`` of ``opt``,
+``mmin``, ``sat`` and ``cfree``): ``c = 0``, ``x[i]`` whole (``m`` excludes ``cw[i]``), and
+``c = 1``, ``x[i]`` cut by its ``F_ck`` (``m`` excludes the cut size; ``F_all(i)`` frees only
+what is left, ``cfree[1] = cfree[0] - crf``, and ``F_ck(i)`` frees nothing). The leaf ``j``
+of ``(i, l)`` in context ``c`` solves ``(j, l)`` in context 0 with ``m - cw[j] + b`` and its
+body ``(i, j-1)`` in context 1 with ``m + b``, ``b = crf[i]`` in context 0 (else 0); the
+chain option's ``(i+1, l)`` is in context 0 (``F_all(i)`` stored ``x[i+1]`` whole). Reads
+above ``M`` belong to memories no plan reaches (a subproblem's ``m`` is at most ``M`` less
+its input), so the leaf is swept only up to ``M - b``. Without cuts (``crf`` all zero) the
+table has the one context 0 and ``rc = 0``: the kernels are those of Rotor's DP above.
 
 There is no decision table: the row of best times is enough to recover a decision, by
 recomputing the options at the one ``(i, l, m)`` asked (:func:`decide`, :func:`decide_base`)
@@ -166,22 +181,23 @@ def chain_start(cw, cbw, cgone, cfree, ftmp, btmp, peak_rest, i, l, mnull, k):
 
 
 @njit(cache=True)
-def fill_bounds(cw, cbw, cout, cgone, cfree, ftmp, btmp, lean_chain, lean_base, M, off, mnull,
+def fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, lean_chain, lean_base, M, off, mnull,
                 mmin, sat, fneed):
-    """Integer part of the DP, for every pair ``(i, l)`` (row ``off[i] + l - i``).
+    """Integer part of the DP, for every pair ``(i, l)`` (row ``off[i] + l - i``) and context.
 
     ``mnull[row]``: Rotor's lower bound ``m∅ = cw[l+1] + max(cw[i+1] + ftmp[i],
     max_{i<k<l} (cw[k] + cw[k+1] + ftmp[k]))`` (0 on the diagonal), with each layer's least
     ``ftmp`` over its options: some forward of each layer ``k < l`` computes ``x[k+1]``.
-    ``mmin[row]``: the first ``m`` at which ``Opt[m][i][l] < inf`` (``M + 1`` if none), i.e.
-    the least over the options of their first feasible ``m``. ``sat[row]``: the first ``m``
-    from which the chain option stores every tape with lean options (``M + 1`` if none).
-    ``fneed[i, j]`` (``i < j <= L``): see the module docstring. O(L^3 + L^2 K) integer
-    operations.
+    ``mmin[c, row]``: the first ``m`` at which ``Opt_c[m][i][l] < inf`` (``M + 1`` if none),
+    i.e. the least over the options of their first feasible ``m``. ``sat[c, row]``: the
+    first ``m`` from which the chain option stores every tape with lean options (``M + 1``
+    if none). ``fneed[i, j]`` (``i < j <= L``): see the module docstring. O(L^3 + L^2 K)
+    integer operations per context.
     """
     L = cw.shape[0] - 2
     K = cbw.shape[1]
-    lower = not (cfree > 0).any()  # m∅ bounds nothing once F_all cuts inputs (module docstring)
+    C = cfree.shape[0]
+    lower = not (cfree[0] > 0).any()  # m∅ bounds nothing once F_all cuts inputs (module docstring)
     ftmin = np.empty(L + 1, dtype=np.int64)
     for p in range(L + 1):
         ftmin[p] = ftmp[p, 0]
@@ -189,76 +205,88 @@ def fill_bounds(cw, cbw, cout, cgone, cfree, ftmp, btmp, lean_chain, lean_base, 
             ftmin[p] = min(ftmin[p], ftmp[p, k])
     for i in range(L, -1, -1):
         row = off[i]
-        first, saturated = M + 1, M + 1
-        for k in range(K):
-            t = base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k)
-            first = min(first, t)
-            if lean_base[i, k]:
-                saturated = min(saturated, t)
+        for c in range(C):
+            first, saturated = M + 1, M + 1
+            for k in range(K):
+                t = base_threshold(cw, cbw, cout, cfree[c], ftmp, btmp, i, k)
+                first = min(first, t)
+                if lean_base[i, k]:
+                    saturated = min(saturated, t)
+            mmin[c, row] = first
+            sat[c, row] = saturated
         mnull[row] = 0
-        mmin[row] = first
-        sat[row] = saturated
         mx = cw[i + 1] + ftmin[i]  # max_{i<k<l} maintained as l grows
-        fx = cw[i + 1] + ftmp[i, 0]
+        fx = 0  # the F_none part of fneed
         for l in range(i + 1, L + 1):
             fneed[i, l] = fx
             row = off[i] + (l - i)
             mn = cw[l + 1] + mx if lower else 0
             mnull[row] = mn
             rest = off[i + 1] + (l - i - 1)
-            first, saturated = M + 1, M + 1
-            for k in range(K):
-                start = chain_start(cw, cbw, cgone, cfree, ftmp, btmp, mmin[rest], i, l, mn, k)
-                first = min(first, start)
-                if lean_chain[i, k]:
-                    saturated = min(saturated, max(start, cbw[i + 1, k] - cfree[i, k] + sat[rest]))
-            for j in range(i + 1, l + 1):
-                s = max(max(mn, cw[l + 1] + fneed[i, j]),
-                        max(cw[j] + mmin[off[j] + (l - j)], mmin[off[i] + (j - 1 - i)]))
-                if s < first:
-                    first = s
-            mmin[row] = min(first, M + 1)
-            sat[row] = min(saturated, M + 1)
+            for c in range(C):
+                b = crf[i] if c == 0 else 0
+                first, saturated = M + 1, M + 1
+                for k in range(K):
+                    start = chain_start(cw, cbw, cgone, cfree[c], ftmp, btmp, mmin[0, rest], i, l,
+                                        mn, k)
+                    first = min(first, start)
+                    if lean_chain[i, k]:
+                        saturated = min(saturated,
+                                        max(start, cbw[i + 1, k] - cfree[c, i, k] + sat[0, rest]))
+                for j in range(i + 1, l + 1):
+                    s = _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j)
+                    if s < first and s <= M - b:
+                        first = s
+                mmin[c, row] = min(first, M + 1)
+                sat[c, row] = min(saturated, M + 1)
             if l < L:
                 mx = max(mx, cw[l] + cw[l + 1] + ftmin[l])
                 fx = max(fx, cw[l] + cw[l + 1] + ftmp[l, 0])
 
 
 @njit(cache=True, inline="always")
-def _update(opt, row, ra, rb, shift, s, e, prefix):
-    """``opt[row, m] = min(opt[row, m], prefix + opt[ra, m - shift] + opt[rb, m])``, s<=m<=e."""
-    a = opt[ra, s - shift:e + 1 - shift]
-    b = opt[rb, s:e + 1]
-    out = opt[row, s:e + 1]
+def _update(opt, c, row, ra, rc, rb, shift, b, s, e, prefix):
+    """``opt[c, row, m] = min(opt[c, row, m], prefix + opt[0, ra, m - shift] +
+    opt[rc, rb, m + b])`` for ``s <= m <= e``."""
+    a = opt[0, ra, s - shift:e + 1 - shift]
+    bb = opt[rc, rb, s + b:e + 1 + b]
+    out = opt[c, row, s:e + 1]
     for k in range(e + 1 - s):
-        out[k] = _fmin32(prefix + a[k] + b[k], out[k])
+        out[k] = _fmin32(prefix + a[k] + bb[k], out[k])
 
 
 @njit(cache=True, inline="always")
-def _leaf_start(cw, off, mnull, mmin, fneed, i, l, j):
-    """First feasible ``m`` of the leaf option ``j`` of ``(i, l)``."""
-    return max(max(mnull[off[i] + (l - i)], cw[l + 1] + fneed[i, j]),
-               max(cw[j] + mmin[off[j] + (l - j)], mmin[off[i] + (j - 1 - i)]))
+def _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j):
+    """First feasible ``m`` of the leaf option ``j`` of ``(i, l)``; ``b``: what its ``F_ck(i)``
+    frees of ``x[i]`` (``crf[i]`` in context 0, else 0), from its ``F_none`` on. The leaf
+    exists for ``m <= M - b``."""
+    rc = mmin.shape[0] - 1
+    return max(max(mnull[off[i] + (l - i)],
+                   cw[l + 1] + max(cw[i + 1] + ftmp[i, 0], fneed[i, j] - b)),
+               max(cw[j] - b + mmin[0, off[j] + (l - j)], mmin[rc, off[i] + (j - 1 - i)] - b))
 
 
 @njit(cache=True, inline="always")
-def _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, j0, j1):
-    """Leaf options ``j0 <= j <= j1`` of the pair ``(i, l)``, ``i < l``.
+def _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l, j0, j1):
+    """Leaf options ``j0 <= j <= j1`` of the pair ``(i, l)``, ``i < l``, in context ``c``.
 
     Leaf ``j``: ``F_ck(i), F_none(i+1..j-1)``, solve ``(j, l)`` holding ``x[j]``, then solve
-    ``(i, j-1)``: ``Σ_{k=i}^{j-1} fw[k] + Opt[m - cw[j]][j][l] + Opt[m][i][j-1]``.
+    ``(i, j-1)`` (context ``rc``: ``x[i]`` cut): ``Σ_{k=i}^{j-1} fw[k] + Opt_0[m - cw[j] +
+    b][j][l] + Opt_rc[m + b][i][j-1]``, ``b = crf[i]`` in context 0 (else 0).
     """
     row = off[i] + (l - i)
-    hi = min(M, sat[row] - 1)
+    rc = opt.shape[0] - 1
+    b = crf[i] if c == 0 else 0
+    hi = min(M - b, sat[c, row] - 1)
     for j in range(j0, j1 + 1):
-        s = _leaf_start(cw, off, mnull, mmin, fneed, i, l, j)
+        s = _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j)
         if s <= hi:
-            _update(opt, row, off[j] + (l - j), off[i] + (j - 1 - i), cw[j], s, hi,
+            _update(opt, c, row, off[j] + (l - j), rc, off[i] + (j - 1 - i), cw[j] - b, b, s, hi,
                     np.float32(cum[j] - cum[i]))
 
 
 @njit(cache=True, inline="always")
-def _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l):
+def _start_cell(opt, c, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l):
     """Initialise a row: the base case ``F_all(i), B(i)`` if ``i == l``, else ``inf``.
 
     The base case's forward only builds the tape (``g[i+1]`` is held, nothing else reads
@@ -267,43 +295,47 @@ def _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l):
     row = off[i] + (l - i)
     inf = np.float32(np.inf)
     for m in range(M + 1):
-        opt[row, m] = inf
+        opt[c, row, m] = inf
     if i == l:
         for k in range(cbw.shape[1]):
-            t = base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k)
+            t = base_threshold(cw, cbw, cout, cfree[c], ftmp, btmp, i, k)
             value = np.float32(ft[i, k] + bw[i, k])
             for m in range(t, M + 1):
-                opt[row, m] = _fmin32(value, opt[row, m])
+                opt[c, row, m] = _fmin32(value, opt[c, row, m])
 
 
 @njit(cache=True, inline="always")
-def _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l):
-    """Chain options of ``(i, l)``, ``i < l``: ``F_all(i)`` (option ``k``), solve ``(i+1, l)``,
-    ``B(i)``."""
+def _chain(opt, c, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l):
+    """Chain options of ``(i, l)``, ``i < l``, in context ``c``: ``F_all(i)`` (option ``k``),
+    solve ``(i+1, l)`` (context 0), ``B(i)``."""
     row = off[i] + (l - i)
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
-        start = chain_start(cw, cbw, cgone, cfree, ftmp, btmp, mmin[rest], i, l, mnull[row], k)
+        start = chain_start(cw, cbw, cgone, cfree[c], ftmp, btmp, mmin[0, rest], i, l, mnull[row],
+                            k)
         if start <= M:
-            shift = cbw[i + 1, k] - cfree[i, k]
+            shift = cbw[i + 1, k] - cfree[c, i, k]
             value = np.float32(fw[i, k] + bw[i, k])
-            b = opt[rest, start - shift:M + 1 - shift]
-            out = opt[row, start:M + 1]
+            b = opt[0, rest, start - shift:M + 1 - shift]
+            out = opt[c, row, start:M + 1]
             for m in range(M + 1 - start):
                 out[m] = _fmin32(value + b[m], out[m])
 
 
 @njit(cache=True)
-def fill_time_table(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cum, M, off, mnull, mmin,
-                    sat, fneed, block, opt):
-    """Fill Rotor's table ``opt[row(i, l), m]`` for every ``0 <= i <= l <= L``, ``m <= M``.
+def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cum, M, off, mnull,
+                    mmin, sat, fneed, block, opt):
+    """Fill Rotor's table ``opt[c, row(i, l), m]`` for every ``0 <= i <= l <= L``, ``m <= M``
+    and context ``c`` (module docstring, "Checkpoints held in part").
 
-    ``opt`` is float32 ``(pairs, M + 1)``; infeasible cells hold ``inf``. Needs the bounds of
-    :func:`fill_bounds`. Recurrence: ALGORITHMS.md section 2 (Rotor, arXiv:1911.13214,
+    ``opt`` is float32 ``(C, pairs, M + 1)``; infeasible cells hold ``inf``. Needs the bounds
+    of :func:`fill_bounds`. Recurrence: ALGORITHMS.md section 2 (Rotor, arXiv:1911.13214,
     section 4) with the chain-option correction of :func:`chain_start` and one chain option
     per layer option; tiles of ``block x block`` pairs, see the module docstring.
     """
     n = fw.shape[0]
+    C = opt.shape[0]
+    rc = C - 1
     nb = (n + block - 1) // block
     for ib in range(nb - 1, -1, -1):
         i_lo = ib * block
@@ -311,61 +343,69 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cum, M,
         # Diagonal tile: every split j lies inside the tile; plain dependency order.
         for i in range(i_hi, i_lo - 1, -1):
             for l in range(i, i_hi + 1):
-                _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
-                if i < l:
-                    _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, i + 1, l)
-                    _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i,
-                           l)
+                for c in range(C):
+                    _start_cell(opt, c, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
+                    if i < l:
+                        _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                                i + 1, l)
+                        _chain(opt, c, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin,
+                               M, i, l)
         for lb in range(ib + 1, nb):
             l_lo = lb * block
             l_hi = min(n, l_lo + block) - 1
             for i in range(i_lo, i_hi + 1):
                 for l in range(l_lo, l_hi + 1):
-                    _start_cell(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
+                    for c in range(C):
+                        _start_cell(opt, c, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
             # Splits i_hi < j <= l_lo only read rows of earlier tiles: j outermost, so the
             # operand rows (j, l_lo..l_hi) and (i_lo..i_hi, j-1) are reused from cache.
             for j in range(i_hi + 1, l_lo + 1):
-                shift = cw[j]
-                for i in range(i_lo, i_hi + 1):
-                    rb = off[i] + (j - 1 - i)
-                    mb = mmin[rb]
-                    if mb > M:
-                        continue
-                    prefix = np.float32(cum[j] - cum[i])
-                    fi = fneed[i, j]
-                    for l in range(l_lo, l_hi + 1):
-                        row = off[i] + (l - i)
-                        ra = off[j] + (l - j)
-                        s = max(max(mnull[row], cw[l + 1] + fi), max(shift + mmin[ra], mb))
-                        e = min(M, sat[row] - 1)
-                        if s <= e:
-                            _update(opt, row, ra, rb, shift, s, e, prefix)
+                for c in range(C):
+                    for i in range(i_lo, i_hi + 1):
+                        b = crf[i] if c == 0 else 0
+                        shift = cw[j] - b
+                        rb = off[i] + (j - 1 - i)
+                        mb = mmin[rc, rb] - b
+                        if mb > M - b:
+                            continue
+                        prefix = np.float32(cum[j] - cum[i])
+                        fi = max(cw[i + 1] + ftmp[i, 0], fneed[i, j] - b)
+                        for l in range(l_lo, l_hi + 1):
+                            row = off[i] + (l - i)
+                            ra = off[j] + (l - j)
+                            s = max(max(mnull[row], cw[l + 1] + fi), max(shift + mmin[0, ra], mb))
+                            e = min(M - b, sat[c, row] - 1)
+                            if s <= e:
+                                _update(opt, c, row, ra, rc, rb, shift, b, s, e, prefix)
             # Splits inside the tile, in dependency order.
             for i in range(i_hi, i_lo - 1, -1):
                 for l in range(l_lo, l_hi + 1):
-                    _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, i + 1, i_hi)
-                    _leaves(opt, cw, cum, off, mnull, mmin, sat, fneed, M, i, l, l_lo + 1, l)
-                    _chain(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i,
-                           l)
+                    for c in range(C):
+                        _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                                i + 1, i_hi)
+                        _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                                l_lo + 1, l)
+                        _chain(opt, c, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin,
+                               M, i, l)
 
 
 @njit(cache=True)
-def decide_base(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, m):
-    """The option ``k`` of the base case ``(i, i)`` at ``m``, as ``-k`` (module docstring)."""
+def decide_base(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, c, i, m):
+    """The option ``k`` of the base case ``(i, i)`` in context ``c`` at ``m``, as ``-k``."""
     row = off[i]
     if m < 0 or m > M:
         return NO_DECISION
     for k in range(cbw.shape[1]):
-        if m >= base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k):
-            if np.float32(ft[i, k] + bw[i, k]) == opt[row, m]:
+        if m >= base_threshold(cw, cbw, cout, cfree[c], ftmp, btmp, i, k):
+            if np.float32(ft[i, k] + bw[i, k]) == opt[c, row, m]:
                 return -k
     return NO_DECISION
 
 
 @njit(cache=True)
-def decide(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed, M, i, l,
-           m):
-    """The decision :func:`fill_time_table` took at ``(i, l, m)``, ``i < l``.
+def decide(opt, cw, cbw, cgone, cfree, crf, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed, M,
+           c, i, l, m):
+    """The decision :func:`fill_time_table` took at ``(c, i, l, m)``, ``i < l``.
 
     Returns ``-k`` for the chain option with option ``k`` (0 for option 0), ``j > i`` for
     the leaf option ``j``, :data:`NO_DECISION` if ``m`` is infeasible. Recomputes each
@@ -373,55 +413,62 @@ def decide(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, cum, off, mnull, mmin
     best: chain options first (ties favour storing), then ``j`` increasing.
     """
     row = off[i] + (l - i)
-    if m < mmin[row] or m > M:
+    if m < mmin[c, row] or m > M:
         return NO_DECISION
-    best = opt[row, m]
+    rc = opt.shape[0] - 1
+    best = opt[c, row, m]
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
-        if m >= chain_start(cw, cbw, cgone, cfree, ftmp, btmp, mmin[rest], i, l, mnull[row], k):
-            v = np.float32(fw[i, k] + bw[i, k]) + opt[rest, m - cbw[i + 1, k] + cfree[i, k]]
+        if m >= chain_start(cw, cbw, cgone, cfree[c], ftmp, btmp, mmin[0, rest], i, l, mnull[row],
+                            k):
+            v = np.float32(fw[i, k] + bw[i, k]) + opt[0, rest, m - cbw[i + 1, k] + cfree[c, i, k]]
             if v == best:
                 return -k
+    b = crf[i] if c == 0 else 0
     for j in range(i + 1, l + 1):
-        if m >= _leaf_start(cw, off, mnull, mmin, fneed, i, l, j):
-            v = (np.float32(cum[j] - cum[i]) + opt[off[j] + (l - j), m - cw[j]]
-                 + opt[off[i] + (j - 1 - i), m])
+        if m >= _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j) and m <= M - b:
+            v = (np.float32(cum[j] - cum[i]) + opt[0, off[j] + (l - j), m - cw[j] + b]
+                 + opt[rc, off[i] + (j - 1 - i), m + b])
             if v == best:
                 return j
     return NO_DECISION
 
 
 @njit(cache=True)
-def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cum, off, mnull, mmin,
-                    fneed, M, m0):
+def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cum, off, mnull,
+                    mmin, fneed, M, m0):
     """Decisions of the optimal plan for ``(0, L)`` at memory ``m0``, in replay order.
 
-    Walks the plan depth first without recursion: along a spine ``(i, l, m)`` a chain
-    decision ``-k`` moves to ``(i+1, l, m - cbw[i+1, k] + cfree[i, k])``; a leaf decision ``j`` first
-    solves the body ``(i, j-1, m)`` and then resumes at ``(j, l, m - cw[j])`` (kept on a
-    stack). A spine ends at its base case ``(l, l)``, whose option is a decision too
-    (none for the loss, ``l == L``). Returns the decisions in the order they are met; a
-    :data:`NO_DECISION` entry (last) means the table is inconsistent (a bug).
+    Walks the plan depth first without recursion: along a spine ``(c, i, l, m)`` a chain
+    decision ``-k`` moves to ``(0, i+1, l, m - cbw[i+1, k] + cfree[c, i, k])``; a leaf
+    decision ``j`` first solves the body ``(rc, i, j-1, m + b)`` and then resumes at ``(0,
+    j, l, m - cw[j] + b)`` (kept on a stack; ``b = crf[i]`` in context 0). A spine ends at
+    its base case ``(l, l)``, whose option is a decision too (none for the loss, ``l ==
+    L``). Returns the decisions in the order they are met; a :data:`NO_DECISION` entry
+    (last) means the table is inconsistent (a bug).
     """
     L = cw.shape[0] - 2
+    rc = opt.shape[0] - 1
     out = np.empty(max(16, 4 * L), dtype=np.int64)
     n_out = 0
-    stack = np.empty((L + 2, 3), dtype=np.int64)
+    stack = np.empty((L + 2, 4), dtype=np.int64)
     stack[0, 0] = 0
     stack[0, 1] = L
     stack[0, 2] = m0
+    stack[0, 3] = 0
     top = 1
     while top > 0:
         top -= 1
         i = stack[top, 0]
         l = stack[top, 1]
         m = stack[top, 2]
+        c = stack[top, 3]
         while i <= l:
             if i < l:
-                d = decide(opt, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, cum, off, mnull, mmin,
-                           fneed, M, i, l, m)
+                d = decide(opt, cw, cbw, cgone, cfree, crf, ftmp, btmp, fw, bw, cum, off, mnull,
+                           mmin, fneed, M, c, i, l, m)
             elif l < L:
-                d = decide_base(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, m)
+                d = decide_base(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, c, i, m)
             else:
                 break
             if n_out == out.shape[0]:
@@ -435,12 +482,17 @@ def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cu
             if i == l:
                 break
             if d <= 0:
-                m -= cbw[i + 1, -d] - cfree[i, -d]
+                m -= cbw[i + 1, -d] - cfree[c, i, -d]
                 i += 1
+                c = 0
             else:
+                b = crf[i] if c == 0 else 0
                 stack[top, 0] = d
                 stack[top, 1] = l
-                stack[top, 2] = m - cw[d]
+                stack[top, 2] = m - cw[d] + b
+                stack[top, 3] = 0
                 top += 1
                 l = d - 1
+                m += b
+                c = rc
     return out[:n_out]

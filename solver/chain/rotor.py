@@ -59,6 +59,15 @@ options). The DP remains exact among persistent plans, now with an option per ``
 (tests/test_options.py checks it against every plan and option of small chains). Without
 options ``K = 1`` and every number is as before.
 
+Checkpoints held in part (``Chain.x_rec_size``, :mod:`solver.chain.simulator`): once
+``F_ck(i)`` has run, ``x[i]`` holds only what a recomputation reads. Each subproblem ``(i,
+l)`` then has two contexts, its input whole (the spine after a leaf, the chain option's
+sub-solve, the root) or already cut (a checkpoint's body until its first op): the leaf
+option gives its sub-solves the bytes its ``F_ck(i)`` freed, and the body's ``F_all(i)``
+frees only the rest (:mod:`solver.chain.kernels`, "Checkpoints held in part"; the min-peak
+kernel likewise). Exact against every plan (tests/test_rotor.py, tests/test_options.py);
+without cuts the table has one context and is the DP above.
+
 Memory is discretised: a table built for ``max_budget`` with ``slots`` slots has unit
 ``max_budget / slots`` and sizes rounded **up** to units, so every schedule it returns fits
 the real budget. When every size is an integer and ``slots >= max_budget`` the unit is 1 and
@@ -109,6 +118,7 @@ class _Padded:
     cout: np.ndarray  # (L + 2, K): x_size[i+1] where option k's output is outside its tape
     cgone: np.ndarray  # (L + 2, K): cout, or cfree[i+1, 0] where the output is in the tape
     cfree: np.ndarray  # (L + 1, K): what F_all(i) with option k frees of x[i] (loss: 0)
+    crf: np.ndarray  # L + 2: what F_ck(i) frees of x[i] (Chain.x_rec_free; 0 past L - 1)
     ftmp: np.ndarray  # (L + 1, K)
     btmp: np.ndarray  # (L + 1, K)
     fw: np.ndarray  # (L + 1, K)
@@ -136,12 +146,14 @@ def _padded(chain: Chain) -> _Padded:
     # Where layer i's output is in its tape, every option of layer i+1 frees the same part
     # of x[i+1] (Chain checks it): column 0 says how much.
     gone = np.where(table.output_in_tape, cfree[1:, :1], chain.x_size[1:, None])
+    crf = np.concatenate([chain.x_rec_free, np.zeros(2)])
     return _Padded(
         cw=np.concatenate([chain.x_size, np.zeros(1)]),
         cbw=rows(table.xbar_size, True, np.inf),
         cout=rows(x_out, True, 0.0),
         cgone=rows(gone, True, 0.0),
         cfree=cfree,
+        crf=crf,
         ftmp=rows(table.fwd_tmp, False, np.inf),
         btmp=rows(table.bwd_tmp, False, np.inf),
         fw=fw,
@@ -152,8 +164,19 @@ def _padded(chain: Chain) -> _Padded:
     )
 
 
-def plan_from_decisions(length: int, decide: Callable[[int, int], int],
-                        base: Callable[[int], int] | None = None) -> Plan:
+def context_frees(cfree: np.ndarray, crf: np.ndarray) -> np.ndarray:
+    """``(C, L + 1, K)``: what ``F_all(i)`` with option ``k`` frees of ``x[i]`` in each
+    context of the DP (:mod:`solver.chain.kernels`): 0, ``x[i]`` whole (``cfree``); and,
+    only where some ``F_ck`` cuts its input (``crf > 0``), 1, ``x[i]`` already cut to what a
+    recomputation reads (``cfree - crf``, what is left to free)."""
+    if not (crf > 0).any():
+        return cfree[None]
+    return np.stack([cfree, np.maximum(cfree - crf[:cfree.shape[0], None], 0.0)])
+
+
+def plan_from_decisions(length: int, decide: Callable[..., int],
+                        base: Callable[..., int] | None = None, *,
+                        contexts: bool = False) -> Plan:
     """Build the nested plan of ``(0, L)`` from DP decisions, without recursion.
 
     ``decide(i, l)`` gives the decision for the subproblem ``(i, l)``, ``i < l``: ``-k``
@@ -164,9 +187,14 @@ def plan_from_decisions(length: int, decide: Callable[[int, int], int],
     :func:`solver.chain.kernels.trace_time_plan` emits decisions. The subproblem ``(l, l)``
     that ends a spine is ``Layer(l, k)`` with ``-k = base(l)`` (option 0 without ``base``),
     asked when it is met, or nothing for the loss (``l == L``).
+
+    With ``contexts=True`` the callbacks also get the subproblem's context
+    (:mod:`solver.chain.kernels`): 1 for a checkpoint's body until its first decision
+    (``x[i]`` cut by ``F_ck(i)``), else 0: ``decide(i, l, c)`` and ``base(l, c)``.
     """
-    # Each frame: [i, l, items, checkpoint_start, checkpoint_stop] of one spine.
-    root: list = [0, length, [], -1, -1]
+    # Each frame: [i, l, items, checkpoint_start, checkpoint_stop, context] of one spine.
+    root: list = [0, length, [], -1, -1, 0]
+    ask = (lambda f, *a: f(*a)) if contexts else (lambda f, *a: f(*a[:-1]))
     stack = [root]
     result: Plan | None = None
     while stack:
@@ -174,14 +202,15 @@ def plan_from_decisions(length: int, decide: Callable[[int, int], int],
         descended = False
         while frame[0] < frame[1]:
             i, l = frame[0], frame[1]
-            d = int(decide(i, l))
+            d = int(ask(decide, i, l, frame[5]))
+            frame[5] = 0
             if d <= 0:
                 frame[2].append(Layer(i, -d))
                 frame[0] = i + 1
             elif i < d <= l:
                 frame[3], frame[4] = i, d
                 frame[0] = d
-                stack.append([i, d - 1, [], -1, -1])
+                stack.append([i, d - 1, [], -1, -1, 1])
                 descended = True
                 break
             else:
@@ -189,7 +218,7 @@ def plan_from_decisions(length: int, decide: Callable[[int, int], int],
         if descended:
             continue
         if frame[0] < length:
-            option = 0 if base is None else -int(base(frame[0]))
+            option = 0 if base is None else -int(ask(base, frame[0], frame[5]))
             if option < 0:
                 raise RuntimeError(f"Invalid DP decision {-option} for layer {frame[0]}.")
             frame[2].append(Layer(frame[0], option))
@@ -223,12 +252,14 @@ def _min_peak(chain: Chain) -> tuple[float, np.ndarray]:
     """``(min_budget, choice)``: exact least peak of persistent schedules and its decisions."""
     p = _padded(chain)
     n = chain.length + 1
-    peak = np.empty((n, n), dtype=np.float64)
-    time = np.empty((n, n), dtype=np.float64)
-    choice = np.empty((n, n), dtype=np.int64)
-    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, p.cfree, p.ftmp, p.btmp, p.fw, p.bw, p.ft, peak,
-                  time, choice)
-    return float(p.cw[0] + peak[0, chain.length]), choice
+    frees = context_frees(p.cfree, p.crf)
+    shape = (frees.shape[0], n, n)
+    peak = np.empty(shape, dtype=np.float64)
+    time = np.empty(shape, dtype=np.float64)
+    choice = np.empty(shape, dtype=np.int64)
+    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, frees, p.crf, p.ftmp, p.btmp, p.fw, p.bw, p.ft,
+                  peak, time, choice)
+    return float(p.cw[0] + peak[0, 0, chain.length]), choice
 
 
 def rotor_min_budget(chain: Chain) -> float:
@@ -248,7 +279,9 @@ def min_peak_schedule(chain: Chain) -> Schedule:
     fits.
     """
     _, choice = _min_peak(chain)
-    plan = plan_from_decisions(chain.length, lambda i, l: choice[i, l], lambda l: choice[l, l])
+    rc = choice.shape[0] - 1
+    plan = plan_from_decisions(chain.length, lambda i, l, c: choice[min(c, rc), i, l],
+                               lambda l, c: choice[min(c, rc), l, l], contexts=True)
     return _schedule(chain, plan)
 
 
@@ -304,7 +337,8 @@ class RotorTable:
         cout = cbw - _to_units(p.cbw - p.cout, unit, cap)
         # What F_all(i) frees of x[i] is rounded down (never over-credited); so is what the
         # chain option's B(i) no longer holds of tape[i].
-        cfree = np.floor(p.cfree / unit).astype(np.int64)
+        cfree = np.floor(context_frees(p.cfree, p.crf) / unit).astype(np.int64)
+        crf = np.floor(p.crf / unit).astype(np.int64)  # what F_ck frees, rounded down too
         cgone = np.where(p.cout > 0, cout, np.floor(p.cgone / unit)).astype(np.int64)
         # Times in float32, scaled by a power of two (exact) so that the largest op time is
         # in [0.5, 1): no overflow, and integer times stay exact.
@@ -317,16 +351,19 @@ class RotorTable:
         n = chain.length + 1
         off = kernels.row_offsets(n)
         pairs = int(off[n])
+        contexts = cfree.shape[0]
         mnull = np.empty(pairs, dtype=np.int64)
-        mmin = np.empty(pairs, dtype=np.int64)
-        sat = np.empty(pairs, dtype=np.int64)
+        mmin = np.empty((contexts, pairs), dtype=np.int64)
+        sat = np.empty((contexts, pairs), dtype=np.int64)
         fneed = np.zeros((n, n + 1), dtype=np.int64)
-        kernels.fill_bounds(cw, cbw, cout, cgone, cfree, ftmp, btmp, p.lean_chain, p.lean_base,
-                            capacity, off, mnull, mmin, sat, fneed)
-        opt = np.empty((pairs, capacity + 1), dtype=np.float32)
-        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, ftmp, btmp, fw, bw, ft, cum, capacity,
-                                off, mnull, mmin, sat, fneed, kernels.block_size(capacity), opt)
-        arrays = dict(cw=cw, cbw=cbw, cout=cout, cgone=cgone, cfree=cfree, ftmp=ftmp, btmp=btmp,
+        kernels.fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, p.lean_chain,
+                            p.lean_base, capacity, off, mnull, mmin, sat, fneed)
+        opt = np.empty((contexts, pairs, capacity + 1), dtype=np.float32)
+        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cum,
+                                capacity, off, mnull, mmin, sat, fneed,
+                                kernels.block_size(capacity), opt)
+        arrays = dict(cw=cw, cbw=cbw, cout=cout, cgone=cgone, cfree=cfree, crf=crf, ftmp=ftmp,
+                      btmp=btmp,
                       fw=fw, bw=bw, ft=ft, cum=cum, off=off, mnull=mnull, mmin=mmin, fneed=fneed, opt=opt,
                       scale=scale)
         object.__setattr__(self, "max_budget", budget)
@@ -359,19 +396,19 @@ class RotorTable:
         a = self._arrays
         m = self._memory(budget)
         row = int(a["off"][0] + self.chain.length)
-        if m < a["mmin"][row]:
+        if m < a["mmin"][0, row]:
             return float("inf")
-        return float(a["opt"][row, m]) * a["scale"]
+        return float(a["opt"][0, row, m]) * a["scale"]
 
     def plan(self, budget: float) -> Plan | None:
         """The DP's optimal plan at ``budget``, or ``None`` if the rounded table is infeasible."""
         a = self._arrays
         m = self._memory(budget)
         row = int(a["off"][0] + self.chain.length)
-        if m < a["mmin"][row]:
+        if m < a["mmin"][0, row]:
             return None
         decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["cgone"],
-                                            a["cfree"], a["ftmp"],
+                                            a["cfree"], a["crf"], a["ftmp"],
                                             a["btmp"], a["fw"], a["bw"], a["ft"], a["cum"],
                                             a["off"], a["mnull"], a["mmin"], a["fneed"],
                                             self.capacity, m)

@@ -50,6 +50,13 @@ serves ``B(i)`` but no forward, and is freed as ``x_size[i]`` less those bytes (
 as ``tape_size[i-1]`` less them). In a plan nothing but ``B(i)`` reads ``x[i]`` after
 ``F_all(i)``, so every plan stays valid.
 
+Checkpoints held in part (``Chain.x_rec_size``): once ``F_ck(i)`` has run, ``x[i]`` is cut
+to the part a recomputation reads, freeing ``x_rec_free[i]`` bytes (the same copy as
+above). Forwards may still read that ``x[i]`` (the recomputation's ``F_ck(i)`` or
+``F_all(i)``; a later ``F_all(i)`` cuts it on to what ``B(i)`` reads, freeing the rest of
+``option_x_free``), and it is freed as ``x_size[i]`` less the bytes cut. In a plan the
+only forward on ``x[i]`` after ``F_ck(i)`` is the recomputation's.
+
 Storing a value that is already stored is an invalid sequence, like a missing input.
 The state is a small immutable record of bitmasks so that exhaustive searches can hash it.
 
@@ -86,7 +93,9 @@ class MemoryState:
     (0, the whole tape, when the chain has no options), so equal states compare equal.
     Bit ``k`` of ``cut`` says ``x[k]`` was cut to its read part by ``F_all(k)`` (the copy
     on its own if stored, else the one in ``tape[k-1]``); ``cut_options`` packs the option
-    of that ``F_all`` like ``tape_options`` (what it freed: ``Chain.option_x_free``).
+    of that ``F_all`` like ``tape_options`` (what it freed: ``Chain.option_x_free``). Bit
+    ``k`` of ``rec`` says ``F_ck(k)`` cut ``x[k]`` to what a recomputation reads
+    (``Chain.x_rec_free``).
     """
 
     x: int
@@ -96,12 +105,15 @@ class MemoryState:
     tape_options: int = 0
     cut: int = 0
     cut_options: int = 0
+    rec: int = 0
 
     def cut_size(self, chain: Chain, k: int) -> float:
-        """Bytes ``F_all(k)`` freed of ``x[k]`` if it cut it, else 0."""
-        if not self.cut >> k & 1:
-            return 0.0
-        return float(chain.option_x_free[k, self.cut_options >> (8 * k) & 0xFF])
+        """Bytes freed of ``x[k]``: by ``F_all(k)`` if it cut it, else by ``F_ck(k)``, else 0."""
+        if self.cut >> k & 1:
+            return float(chain.option_x_free[k, self.cut_options >> (8 * k) & 0xFF])
+        if self.rec >> k & 1:
+            return float(chain.x_rec_free[k])
+        return 0.0
 
     def option(self, i: int) -> int:
         """The option of ``tape[i]`` (meaningful while it is stored)."""
@@ -167,7 +179,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
     elif not 0 <= i < L:
         raise ValueError(f"Op {op!r}: layer index out of range 0..{L - 1}.")
     x, tape, g, mem, options = state.x, state.tape, state.g, state.memory, state.tape_options
-    cut, cuts = state.cut, state.cut_options
+    cut, cuts, rec = state.cut, state.cut_options, state.rec
     xs, flags = chain.x_size, _flags(chain)
 
     if kind in (OpKind.F_ALL, OpKind.F_CK, OpKind.F_NONE):
@@ -199,11 +211,12 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
             peak = mem + dropped + cost.fwd_tmp
             freed = chain.option_x_free[i, k]
             if freed > 0:  # only B(i) reads x[i] from here on
+                mem -= freed - state.cut_size(chain, i)
                 cut |= 1 << i
                 cuts = cuts & ~(0xFF << 8 * i) | k << 8 * i
-                mem -= freed
-            return MemoryState(x, tape | 1 << i, g, mem, options, cut, cuts), peak, time
-        if x >> (i + 1) & 1 or cut >> (i + 1) & 1:
+                rec &= ~(1 << i)
+            return MemoryState(x, tape | 1 << i, g, mem, options, cut, cuts, rec), peak, time
+        if x >> (i + 1) & 1 or cut >> (i + 1) & 1 or rec >> (i + 1) & 1:
             raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
         mem += xs[i + 1]
         peak = mem + chain.fwd_tmp[i]
@@ -211,12 +224,16 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
         if kind is OpKind.F_NONE:
             if x >> i & 1:
                 x &= ~(1 << i)
-                mem -= xs[i]
+                mem -= xs[i] - state.cut_size(chain, i)
             else:  # x[i] came from tape[i-1]
                 tape &= ~(1 << (i - 1))
-                mem -= _stored_tape(chain, state, i - 1).tape_size
+                mem -= _stored_tape(chain, state, i - 1).tape_size - _cut_in_tape(chain, state, i)
                 options &= ~(0xFF << 8 * (i - 1))
-        return MemoryState(x, tape, g, mem, options, cut, cuts), peak, chain.fwd_time[i]
+            rec &= ~(1 << i)
+        elif chain.x_rec_free[i] > 0 and not rec >> i & 1:  # only a recomputation reads x[i]
+            rec |= 1 << i
+            mem -= chain.x_rec_free[i]
+        return MemoryState(x, tape, g, mem, options, cut, cuts, rec), peak, chain.fwd_time[i]
 
     if kind is OpKind.LOSS:
         if not state.has_x(L, flags):
@@ -229,7 +246,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
         if x >> L & 1:
             x &= ~(1 << L)
             mem -= xs[L]
-        return MemoryState(x, tape, g, mem, options, cut, cuts), peak, 0.0
+        return MemoryState(x, tape, g, mem, options, cut, cuts, rec), peak, 0.0
 
     # Backward B(i).
     missing = [
@@ -252,11 +269,14 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
     options &= ~(0xFF << 8 * i)
     if i + 1 < L and not x >> (i + 1) & 1:
         cut &= ~(1 << (i + 1))
+        rec &= ~(1 << (i + 1))
     if x >> i & 1:
         x &= ~(1 << i)
         mem -= xs[i] - state.cut_size(chain, i)
         cut &= ~(1 << i)
-    return MemoryState(x, tape, g, mem, options, cut, _kept(cuts, cut)), peak, cost.bwd_time
+        rec &= ~(1 << i)
+    return (MemoryState(x, tape, g, mem, options, cut, _kept(cuts, cut), rec), peak,
+            cost.bwd_time)
 
 
 def _kept(cuts: int, cut: int) -> int:
@@ -286,21 +306,23 @@ def drop(chain: Chain, state: MemoryState, value: tuple[str, int]) -> MemoryStat
     mask = getattr(state, name)
     if not mask >> k & 1:
         raise ValueError(f"Cannot drop {name}[{k}]: it is not stored.")
-    cut = state.cut
+    cut, rec = state.cut, state.rec
     if name == "tape":
         size = _stored_tape(chain, state, k).tape_size - _cut_in_tape(chain, state, k + 1)
         if k + 1 < chain.length and not state.x >> (k + 1) & 1:
             cut &= ~(1 << (k + 1))
+            rec &= ~(1 << (k + 1))
     elif name == "x":
         size = chain.x_size[k] - state.cut_size(chain, k)
         cut &= ~(1 << k)
+        rec &= ~(1 << k)
     else:
         size = chain.x_size[k]
     fields = {"x": state.x, "tape": state.tape, "g": state.g}
     fields[name] = mask & ~(1 << k)
     options = state.tape_options & ~(0xFF << 8 * k) if name == "tape" else state.tape_options
     return MemoryState(memory=state.memory - size, tape_options=options, cut=cut,
-                       cut_options=_kept(state.cut_options, cut), **fields)
+                       cut_options=_kept(state.cut_options, cut), rec=rec, **fields)
 
 
 def memory_trace(chain: Chain, ops: Iterable[Op]) -> list[tuple[Op, float, float]]:
