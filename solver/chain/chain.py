@@ -167,22 +167,16 @@ class Chain:
                 f"{self.x_size[i + 1]!r}: a layer's tape includes its output."
             )
 
-        over = np.flatnonzero(self.x_read_size > self.x_size[:-1])
-        if over.size:
-            i = int(over[0])
-            raise ValueError(
-                f"Chain.x_read_size[{i}] = {float(self.x_read_size[i])!r} exceeds x_size[{i}] = "
-                f"{float(self.x_size[i])!r}: B({i}) reads a part of x[{i}]; pass at most "
-                f"x_size[{i}]."
-            )
-        over = np.flatnonzero(self.x_rec_size > self.x_size[:-1])
-        if over.size:
-            i = int(over[0])
-            raise ValueError(
-                f"Chain.x_rec_size[{i}] = {float(self.x_rec_size[i])!r} exceeds x_size[{i}] = "
-                f"{float(self.x_size[i])!r}: a recomputation reads a part of x[{i}]; pass at most "
-                f"x_size[{i}]."
-            )
+        for name, reader in (("x_read_size", "B({i})"), ("x_rec_size", "a recomputation")):
+            part = getattr(self, name)
+            over = np.flatnonzero(part > self.x_size[:-1])
+            if over.size:
+                i = int(over[0])
+                raise ValueError(
+                    f"Chain.{name}[{i}] = {float(part[i])!r} exceeds x_size[{i}] = "
+                    f"{float(self.x_size[i])!r}: {reader.format(i=i)} reads a part of x[{i}]; "
+                    f"pass at most x_size[{i}]."
+                )
         dear = np.flatnonzero(self.fwd_tape_time > self.fwd_time)
         if dear.size:
             i = int(dear[0])
