@@ -15,6 +15,7 @@
 #   bash benchmarks/gpu_checks.sh policies   # policies.py gpt_blocks: step time, compiled temp (17.6)
 #   bash benchmarks/gpu_checks.sh policies2  # policies.py gpt and conv, two fractions
 #   bash benchmarks/gpu_checks.sh envq       # versions and the device, no demo
+#   bash benchmarks/gpu_checks.sh policiesm  # policies.py gpt with costs measured and static (17.6)
 #
 # Each part writes its log to $OUT/<part>.log (or benchmarks/gpu_logs/ when OUT is unset)
 # and runs from the repository root with the machine's own JAX (no install: the device has
@@ -122,6 +123,11 @@ part_policies() {  # the GPT made of whole blocks: what the issue's claims are a
 part_policies2() {  # the other stacks, fewer budgets (what a 10-minute call leaves)
     step 120 $PY benchmarks/policies.py --models gpt --scale 64 --fractions 0.25,0.6
     step 100 $PY benchmarks/policies.py --models conv --scale 64 --fractions 0.25,0.6
+}
+
+part_policiesm() {  # does a plan made from timed (or roofline) costs close the sublayer stack's step gap?
+    step 200 $PY benchmarks/policies.py --models gpt --scale 64 --fractions 0.25 --costs measured
+    step 120 $PY benchmarks/policies.py --models gpt --scale 64 --fractions 0.25 --costs static
 }
 
 for part in "${@:-env}"; do

@@ -1,6 +1,6 @@
 """Uniform ``jax.checkpoint`` policies against jaxremat's per-layer choice, at equal memory.
 
-    python benchmarks/policies.py [--models gpt,mlp,conv,gpt_blocks] [--costs flops|static]
+    python benchmarks/policies.py [--models gpt,mlp,conv,gpt_blocks] [--costs flops|static|measured]
         [--fractions 0.25,0.4,0.6,0.8] [--policies default|none] [--bare] [--scale N]
         [--device-columns auto|on|off]
 
@@ -269,7 +269,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="gpt,mlp,conv,gpt_blocks")
-    parser.add_argument("--costs", default="flops", choices=("flops", "static"))
+    parser.add_argument("--costs", default="flops", choices=("flops", "static", "measured"),
+                        help="jaxremat's cost model: flops, the static roofline, or timed on "
+                        "the device (remat_sequence's costs=)")
     parser.add_argument("--fractions", default="0.25,0.4,0.6,0.8",
                         type=lambda s: [float(v) for v in s.split(",") if v])
     parser.add_argument("--policies", default="default", choices=("default", "none"),
