@@ -21,7 +21,7 @@ a scan body times its length): ``Lowered.cost_analysis()`` counts a loop body on
 its trip count (a plain scan of 8 or 32 layers reports the same flops). CPU figures: XLA's
 CPU compiler undoes remat, so memory is the meter's, never XLA's.
     python benchmarks/scan_depth.py [--quick]
-    python benchmarks/scan_depth.py --least [--unroll 0]
+    python benchmarks/scan_depth.py --least [--unroll 0] [--block gpt] [--depths 32,64,128]
     python benchmarks/scan_depth.py --gpt [--gpt-shape 24,512,8,8,256] [--device-columns on]
 
 ``--gpt`` measures instead a GPT-2-style decoder of 24 blocks (``policies.py``'s
@@ -137,10 +137,10 @@ def memory(fn, params, x):
     return jaxremat.activation_memory(loss_of(fn), params, x)
 
 
-def least_budget(params, x, costs="static", unroll=2):
+def least_budget(params, x, costs="static", unroll=2, layer=block):
     """The smallest budget remat_scan names (its InfeasibleBudget at one byte)."""
     try:
-        jaxremat.remat_scan(block, 1, costs=costs, unroll=unroll).plan(params, x)
+        jaxremat.remat_scan(layer, 1, costs=costs, unroll=unroll).plan(params, x)
     except solver.InfeasibleBudget as error:
         return int(error.min_budget)
     raise AssertionError("one byte fits")
@@ -221,20 +221,27 @@ def budget_table(depths):
                   f"{plan.gap_to_rotor:+.1%}]")
 
 
-def least_table(depths, unroll):
+def least_table(depths, unroll, kind="mlp"):
     """remat_scan (inner runs of at most ``unroll`` layers unrolled) at its least budget: the
     member, the budget, measured memory and compile CPU seconds (plan cached) over the scan
-    with ``nothing_saveable``."""
-    print("L    member at the least budget                       budget B   measured B  compile x")
+    with ``nothing_saveable``; ``kind`` "mlp" (the residual MLP block) or "gpt" (a GPT-2
+    block of width 128, 4 heads, batch 4 of 64 tokens: a block with ten times the operations)."""
+    print(f"block {kind}: L    member at the least budget                       budget B   "
+          "measured B  mem / nothing  compile x")
     for L in depths:
-        params, x = stack(L), jnp.ones((BATCH, WIDTH))
-        base = compile_seconds(scanned("nothing_saveable"), params, x)
-        least = least_budget(params, x, unroll=unroll)
-        f = jaxremat.remat_scan(block, least, unroll=unroll)
+        if kind == "gpt":
+            layer, params, x = gpt_stack(L, 128, 4, 4, 64)
+        else:
+            layer, params, x = block, stack(L), jnp.ones((BATCH, WIDTH))
+        base = compile_seconds(scanned("nothing_saveable", layer), params, x)
+        least = least_budget(params, x, unroll=unroll, layer=layer)
+        f = jaxremat.remat_scan(layer, least, unroll=unroll)
         plan = f.plan(params, x)
         member = f"{plan.member} ({plan.option_name})"
-        print(f"{L:<4} {member:<48} {least:>9} {memory(f, params, x):>12} "
-              f"{compile_seconds(f, params, x) / base:>9.2f}")
+        mem = memory(f, params, x)
+        print(f"{L:<4} {member:<48} {least:>9} {mem:>12} "
+              f"{mem / memory(scanned('nothing_saveable', layer), params, x):>14.3f} "
+              f"{compile_seconds(f, params, x) / base:>9.2f}", flush=True)
 
 
 def gpt_stack(depth, width, heads, batch, seq):
@@ -302,6 +309,11 @@ def main():
                         help="only remat_scan at its least budget: member, memory, compile")
     parser.add_argument("--unroll", type=int, default=2,
                         help="with --least: remat_scan's unroll (0: every run scanned)")
+    parser.add_argument("--block", choices=("mlp", "gpt"), default="mlp",
+                        help="with --least: the residual MLP block, or a GPT-2 block")
+    parser.add_argument("--depths", default=None,
+                        type=lambda s: tuple(int(v) for v in s.split(",")),
+                        help="with --least: the depths L (default 8,16,32,64)")
     parser.add_argument("--gpt-shape", default="24,512,8,8,256",
                         type=lambda s: tuple(int(v) for v in s.split(",")),
                         help="depth,width,heads,batch,sequence of --gpt")
@@ -316,7 +328,7 @@ def main():
         return
     depths = (8, 16, 32) if args.quick else (8, 16, 32, 64, 128)
     if args.least:
-        least_table(depths[:4], args.unroll)
+        least_table(args.depths or depths[:4], args.unroll, args.block)
         return
     print(f"backend {jax.default_backend()} (memory from the meter, flops counted on the "
           f"jaxpr), JAX {jax.__version__}, width {WIDTH}, batch {BATCH}; budget table with "
