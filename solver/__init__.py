@@ -41,6 +41,7 @@ from .chain import (
     simulate,
     transformer_like,
     uniform_plans,
+    UNIFORM_PREFIX,
     validate_plan,
     with_random_options,
 )
@@ -55,7 +56,7 @@ from .graph import (
     training_memory,
 )
 from .ilp import IlpSolution, TrainingGraph, ilp_min_peak, solve_ilp
-from .solve import METHODS, solve
+from .solve import METHODS, is_uniform_method, solve
 
 __all__ = [
     *chain.__all__,
@@ -65,5 +66,6 @@ __all__ = [
     "format_bytes",
     "InfeasibleBudget",
     "METHODS",
+    "is_uniform_method",
     "solve",
 ]

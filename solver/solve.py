@@ -24,7 +24,7 @@ from .chain.uniform import UNIFORM_PREFIX, uniform_plans
 from .errors import InfeasibleBudget
 from .ilp.chain_adapter import ilp_chain_schedule
 
-__all__ = ["solve", "METHODS"]
+__all__ = ["solve", "METHODS", "is_uniform_method"]
 
 METHODS = ("rotor",) + tuple(BASELINE_METHODS)
 ORACLE_METHODS = ("ilp",)  # accepted by solve, but their schedules have no plan
@@ -50,9 +50,16 @@ def _check_arguments(chain: Chain, budget: float, method: str, slots: int) -> fl
             f"slots must be an integer >= 1 (Rotor uses 500), got {slots!r}. More slots "
             f"round sizes more finely, at a cost linear in slots."
         )
-    if method not in METHODS + ORACLE_METHODS:
-        raise ValueError(f"Unknown method {method!r}; choose one of {METHODS + ORACLE_METHODS}.")
+    if method not in METHODS + ORACLE_METHODS and not is_uniform_method(method):
+        raise ValueError(f"Unknown method {method!r}; choose one of {METHODS + ORACLE_METHODS}, "
+                         f"or {UNIFORM_PREFIX!r} and an option's name.")
     return budget
+
+
+def is_uniform_method(method: str) -> bool:
+    """Whether ``method`` names a uniform option plan: ``"uniform:<option name>"``."""
+    return isinstance(method, str) and method.startswith(UNIFORM_PREFIX) and (
+        len(method) > len(UNIFORM_PREFIX))
 
 
 def solve(
@@ -69,9 +76,11 @@ def solve(
     Args:
       chain: the costs of the layers.
       budget: the memory available, in the unit of the chain's sizes, ``x[0]`` included.
-      method: ``"rotor"`` (Rotor's dynamic program, ALGORITHMS.md section 2) or a baseline
+      method: ``"rotor"`` (Rotor's dynamic program, ALGORITHMS.md section 2), a baseline
         (``"none"``, ``"every_layer"``, ``"sqrt"``, ``"revolve"``; see
-        :mod:`solver.chain.baselines`).
+        :mod:`solver.chain.baselines`), ``"uniform:<option name>"`` (every layer under that
+        option, the uniform policy a practitioner picks by hand,
+        :func:`solver.chain.uniform.uniform_plans`; ``aliases`` as for ``"rotor"``),
         or ``"ilp"``: Checkmate's ILP (:mod:`solver.ilp.chain_adapter`), the least time over
         non-persistent schedules of its class, for tapeless chains only
         (``xbar_size == x_size[1:]``, no temporaries) and a few dozen layers. Its
@@ -112,6 +121,8 @@ def solve(
     budget = _check_arguments(chain, budget, method, slots)
     if method == "ilp":
         schedule = ilp_chain_schedule(chain, budget, time_limit=time_limit)
+    elif is_uniform_method(method):
+        schedule = _uniform_schedule(chain, method, budget, aliases)
     elif method != "rotor":
         schedule = baseline_schedule(chain, method, budget)
     else:
@@ -135,6 +146,21 @@ def solve(
             f"Internal error: the {schedule.method!r} schedule peaks at {schedule.peak!r} "
             f"over the budget {budget!r}. Please report this chain."
         )
+    return schedule
+
+
+def _uniform_schedule(chain: Chain, method: str, budget: float,
+                      aliases: Sequence[Mapping[str, str]] | None) -> Schedule:
+    """The uniform option plan ``method`` names (every layer under that option,
+    :func:`solver.chain.uniform.uniform_plans`), if it fits ``budget``."""
+    plans = uniform_plans(chain, aliases)
+    if method not in plans:
+        known = sorted(name for name in plans if name.startswith(UNIFORM_PREFIX))
+        raise ValueError(f"method {method!r}: no layer of the chain has that option; the "
+                         f"uniform plans it offers are {known} (and 'none', 'every_layer').")
+    schedule = make_schedule(chain, plans[method], method)
+    if schedule.peak > budget * (1 + _PEAK_TOLERANCE):
+        raise InfeasibleBudget(budget, schedule.peak, method)
     return schedule
 
 

@@ -387,3 +387,22 @@ def test_policy_sweep_fits_the_meter_with_plain_gradients(policies, backend):
         measured = activation_memory(loss_of(seq), params, x)
         assert measured <= plan.predicted_peak * 1.02, (share, measured, plan.predicted_peak)
         assert_same_grads(seq, plain(layers), params, x)
+
+
+@pytest.mark.parametrize("name, policy", [
+    ("dots", jax.checkpoint_policies.dots_saveable),
+    ("dots_no_batch", jax.checkpoint_policies.dots_with_no_batch_dims_saveable)])
+def test_method_uniform_is_the_policy_on_every_layer(name, policy):
+    """``method="uniform:<policy>"`` runs every layer under that policy: the memory of
+    ``jax.checkpoint(layer, policy=...)`` on every layer, and plain gradients."""
+    layers, params, x = stack()
+    seq = remat_sequence(layers, "100%", method=f"uniform:{name}")
+    assert_same_grads(seq, plain(layers), params, x)
+    plan = seq.cached_plans[0]
+    assert plan.schedule.method == f"uniform:{name}"
+    assert name in plan.options and "everything" not in plan.options  # (or an option merged with it)
+    by_hand = plain([jax.checkpoint(layer, policy=policy) for layer in layers])
+    assert activation_memory(loss_of(seq), params, x) == activation_memory(loss_of(by_hand),
+                                                                           params, x)
+    with pytest.raises(ValueError, match="uniform:<policy name>"):
+        remat_sequence(layers, "100%", method="uniform")

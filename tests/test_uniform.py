@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from solver import Chain, Layer, LayerOptions, RotorTable, make_schedule, rotor_min_budget, solve
+from solver import Chain, InfeasibleBudget, Layer, LayerOptions, RotorTable, make_schedule, rotor_min_budget, solve
 from solver.chain.refine import refined_schedule
 from solver.chain.uniform import UNIFORM_PREFIX, uniform_plans
 
@@ -84,6 +84,28 @@ def test_uniform_plans_follow_names_and_aliases():
     assert set(uniform_plans(base)) == {"none", "every_layer"}
     with pytest.raises(ValueError, match="one mapping per layer"):
         uniform_plans(chain, [{}])
+
+
+def test_solve_runs_a_uniform_plan_by_name():
+    """``method="uniform:<name>"`` is that plan, an InfeasibleBudget naming its peak below
+    it, and a ValueError listing the plans for a name no layer has."""
+    base = Chain(fwd_time=[1, 1, 1], bwd_time=[2, 2, 2], x_size=[1, 2, 2, 1],
+                 xbar_size=[5, 5, 3])
+    chain = base.with_options(LayerOptions.from_columns(base, [
+        [dict(name="dots", xbar_size=3, bwd_time=3)], [dict(name="dots", xbar_size=3,
+                                                             bwd_time=3)], []]))
+    plan = uniform_plans(chain)["uniform:dots"]
+    expected = make_schedule(chain, plan, "uniform:dots")
+    chosen = solve(chain, expected.peak, method="uniform:dots")
+    assert chosen.plan == plan and chosen.method == "uniform:dots"
+    assert chosen.time == expected.time and chosen.peak == expected.peak
+    with pytest.raises(InfeasibleBudget) as error:
+        solve(chain, expected.peak - 0.5, method="uniform:dots")
+    assert error.value.min_budget == expected.peak
+    with pytest.raises(ValueError, match=r"uniform:dots'\]"):
+        solve(chain, 100, method="uniform:names:a")
+    with pytest.raises(ValueError, match="Unknown method"):
+        solve(chain, 100, method="uniform:")
 
 
 def _rounding_loser() -> tuple[Chain, float, float]:

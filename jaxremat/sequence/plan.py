@@ -290,15 +290,17 @@ class Plan:
 
 def check_method(method: str) -> None:
     """Raise ``ValueError`` unless ``method`` gives a schedule the frontend can apply: one of
-    ``solver.METHODS``. ``"ilp"`` (an oracle in :func:`solver.solve`) has its own message."""
+    ``solver.METHODS``, or ``"uniform:<policy name>"`` (every layer under one policy of the
+    menu, :func:`solver.chain.uniform.uniform_plans`). ``"ilp"`` (an oracle in :func:`solver.solve`) has its own message."""
     if method in ORACLE_METHODS:
         raise ValueError(
             f"method={method!r} returns a non-persistent schedule that nested jax.checkpoint "
             f"cannot express; use it from solver.solve as an oracle, and one of "
             f"{solver.METHODS} here."
         )
-    if method not in solver.METHODS:
-        raise ValueError(f"method must be one of {solver.METHODS}, got {method!r}.")
+    if method not in solver.METHODS and not solver.is_uniform_method(method):
+        raise ValueError(f"method must be one of {solver.METHODS} or 'uniform:<policy name>' "
+                         f"(every layer under that policy), got {method!r}.")
 
 
 def check_settings(method: str, costs: str, slots: int) -> None:

@@ -37,7 +37,7 @@ from .simulator import (
     memory_trace,
     simulate,
 )
-from .uniform import uniform_plans
+from .uniform import UNIFORM_PREFIX, uniform_plans
 
 __all__ = [
     "apply_op",
@@ -71,6 +71,7 @@ __all__ = [
     "simulate",
     "transformer_like",
     "uniform_plans",
+    "UNIFORM_PREFIX",
     "validate_plan",
     "with_random_options",
 ]
