@@ -1,23 +1,33 @@
-"""Whole-step budgets of ``remat_blocks`` (scope="model") against ``nnx.remat`` on every block.
+"""Whole-step budgets of ``remat_blocks`` (scope="model") against uniform policies on every block.
 
-For the GPT of ``examples/gpt_nnx.py`` and the ResNet of ``examples/resnet_nnx.py`` (its
-residual blocks under ``remat_blocks``, stem and head outside), prints the whole training
-step's program-order memory (``jaxremat.flax.activation_memory``: parameters and their
-gradients excluded) as a share of the plain model's, and the gradient's flops
-(``cost_analysis`` before XLA optimises) against ``nnx.remat`` on every block:
+For the GPT of ``examples/gpt_nnx.py``, the ResNet of ``examples/resnet_nnx.py`` (its residual
+blocks under ``remat_blocks``, stem and head outside) and the ViT of ``examples/vit_nnx.py``
+(patch embedding and head outside), prints the whole training step's program-order memory
+(``jaxremat.flax.activation_memory``: parameters and their gradients excluded) as a share of
+the plain model's, and the gradient's flops (``cost_analysis`` before XLA optimises):
 
-* ``every block``: each block under its own ``nnx.remat``;
-* ``fitted @ every``: ``model.fit_blocks(loss_fn, *batch)`` with the memory that
-  ``every block`` measures as the budget;
-* ``fitted @ s``: the same at a share ``s`` of the plain step.
+* ``every block``: each block under its own ``nnx.remat`` (``nothing_saveable``, what a user
+  writes first); ``dots_no_batch`` / ``dots``: each block under ``nnx.remat(policy=...)``
+  with ``dots_with_no_batch_dims_saveable`` / ``dots_saveable`` (MaxText's uniform
+  ``remat_policy``);
+* ``fitted @ P``: ``model.fit_blocks(loss_fn, *batch)`` with the memory that the uniform
+  policy ``P`` measures as the budget; its flops over ``P``'s (the target: at most 1);
+* ``fitted @ s``: the same at a share ``s`` of the plain step, its flops over those of the
+  cheapest uniform policy whose measured memory fits ``s`` ("-" where none fits).
 
-    python benchmarks/model_budget.py            # small sizes, about a minute on 2 CPU cores
+    python benchmarks/model_budget.py            # small sizes, a few minutes on 2 CPU cores
+    python benchmarks/model_budget.py --models vit
     python benchmarks/model_budget.py --issue    # adds the GPT of issue 16 (width 128, 8 blocks)
+    python benchmarks/model_budget.py --costs static   # the blocks planned by the roofline
+
+The blocks are planned with ``--costs`` (default ``flops``, what the table compares; the
+examples' default is ``static``, the roofline, which may trade flops for memory traffic).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import pathlib
 import sys
@@ -29,6 +39,7 @@ from flax import nnx
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jaxremat.flax  # noqa: E402
+from jaxremat.flax import remat_blocks  # noqa: E402
 from jaxremat.measure.costs import lowered_costs  # noqa: E402
 from jaxremat.flax.meter import pure_step  # noqa: E402
 
@@ -45,20 +56,28 @@ def _example(name: str):
 
 gpt = _example("gpt_nnx")
 resnet = _example("resnet_nnx")
+vit = _example("vit_nnx")
 
 
-def _variants(cls, before, after):
-    """``cls`` with its blocks looped plainly, and each under its own ``nnx.remat``."""
+UNIFORM = {"every block": "nothing_saveable", "dots_no_batch": "dots_with_no_batch_dims_saveable",
+           "dots": "dots_saveable"}
 
-    def loop(remat: bool):
-        def __call__(self, *args):
-            h = before(self, *args)
-            for block in self.blocks:
-                h = nnx.remat(lambda b, h: b(h))(block, h) if remat else block(h)
-            return after(self, h)
-        return type(cls.__name__ + ("Every" if remat else "Plain"), (cls,), {"__call__": __call__})
 
-    return loop(False), loop(True)
+def _looped(cls, before, after, policy: str | None):
+    """``cls`` with its blocks looped plainly (``policy`` None), or each block under its own
+    ``nnx.remat`` with the named ``jax.checkpoint_policies`` policy."""
+
+    def __call__(self, *args):
+        h = before(self, *args)
+        for block in self.blocks:
+            if policy is None:
+                h = block(h)
+            else:
+                remat = nnx.remat(lambda b, h: b(h), policy=getattr(jax.checkpoint_policies, policy))
+                h = remat(block, h)
+        return after(self, h)
+
+    return type(f"{cls.__name__}_{policy or 'plain'}", (cls,), {"__call__": __call__})
 
 
 ResNet = resnet.ResNet  # its residual blocks under remat_blocks (scope="model")
@@ -69,34 +88,47 @@ def _flops(model, loss_fn, *batch) -> float:
     return lowered_costs(jax.grad(step), params, rest, *batch)["flops"]
 
 
-def compare(name: str, make, cls, before, after, loss_fn, batch, shares) -> None:
-    plain_cls, every_cls = _variants(cls, before, after)
+def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: str) -> None:
+    looped = functools.partial(_looped, cls, before, after)  # plain or uniform: the user's loop
+    # the example's class, its blocks planned with ``costs`` (a subclass decorated anew)
+    cls = remat_blocks("blocks", costs=costs)(type(cls.__name__, (cls,), {}))
     measure = lambda model: jaxremat.flax.activation_memory(model, loss_fn, *batch)  # noqa: E731
-    plain_model, every_model = make(plain_cls), make(every_cls)
-    plain, every = measure(plain_model), measure(every_model)
-    plain_flops, every_flops = _flops(plain_model, loss_fn, *batch), _flops(every_model, loss_fn, *batch)
+    plain_model = make(looped(None))
+    plain, plain_flops = measure(plain_model), _flops(plain_model, loss_fn, *batch)
     print(f"\n== {name}: whole step without remat {jaxremat.format_bytes(plain)} ==")
-    print(f"{'':>16} {'memory':>11} {'of plain':>9} {'flops/plain':>12} {'flops/every':>12}  plan")
-    print(f"{'every block':>16} {jaxremat.format_bytes(every):>11} {every / plain:>9.3f} "
-          f"{every_flops / plain_flops:>12.3f} {1:>12.3f}  nnx.remat on each block")
-    for label, budget in [("fitted @ every", every)] + [(f"fitted @ {s}", s) for s in shares]:
+    print(f"{'':>22} {'memory':>11} {'of plain':>9} {'flops/plain':>12} {'flops/policy':>13}  plan")
+    uniform = {}
+    for label, policy in UNIFORM.items():
+        model = make(looped(policy))
+        uniform[label] = measure(model), _flops(model, loss_fn, *batch)
+        memory, flops = uniform[label]
+        print(f"{label:>22} {jaxremat.format_bytes(memory):>11} {memory / plain:>9.3f} "
+              f"{flops / plain_flops:>12.3f} {1:>13.3f}  nnx.remat({policy}) on each block")
+    budgets = [(f"fitted @ {label}", memory, label) for label, (memory, _) in uniform.items()]
+    budgets += [(f"fitted @ {s}", s, None) for s in shares]
+    for label, budget, policy in budgets:
+        if policy is None:  # the cheapest uniform policy that fits the share
+            share = float(budget.rstrip("%")) / 100 * plain
+            fitting = [k for k, (m, _) in uniform.items() if m <= share]
+            policy = min(fitting, key=lambda k: uniform[k][1]) if fitting else None
         model = make(cls)
         model.remat_budget = budget
         plan = model.fit_blocks(loss_fn, *batch)
         memory, flops = measure(model), _flops(model, loss_fn, *batch)
         assert memory <= plan.scope.budget
-        print(f"{label:>16} {jaxremat.format_bytes(memory):>11} {memory / plain:>9.3f} "
-              f"{flops / plain_flops:>12.3f} {flops / every_flops:>12.3f}  {plan.method}: "
-              f"{plan.decisions().count('store tape')} of {len(plan.decisions())} tapes stored")
+        ratio = f"{flops / uniform[policy][1]:>13.3f}" if policy else f"{'-':>13}"
+        options = sorted({o for o in plan.options if o != "everything"})
+        print(f"{label:>22} {jaxremat.format_bytes(memory):>11} {memory / plain:>9.3f} "
+              f"{flops / plain_flops:>12.3f} {ratio}  {plan.method}: "
+              f"{plan.decisions().count('store tape')} of {len(plan.decisions())} tapes stored"
+              + (f" (policies {', '.join(options)})" if options else "")
+              + (f"; vs {policy}" if label.endswith("%") and policy else ""))
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--issue", action="store_true", help="add the width-128, 8-block GPT")
-    args = parser.parse_args(argv)
-    gpt_before = lambda self, t: self.tokens(t) + self.positions(jnp.arange(t.shape[-1]))  # noqa: E731
-    gpt_after = lambda self, h: self.out(self.norm(h))  # noqa: E731
-    configs = [(32, 32, 4, 6, 32, 16)] + ([(256, 128, 4, 8, 128, 8)] if args.issue else [])
+def gpt_rows(issue: bool, costs: str) -> None:
+    before = lambda self, t: self.tokens(t) + self.positions(jnp.arange(t.shape[-1]))  # noqa: E731
+    after = lambda self, h: self.out(self.norm(h))  # noqa: E731
+    configs = [(32, 32, 4, 6, 32, 16)] + ([(256, 128, 4, 8, 128, 8)] if issue else [])
     for vocab, dim, heads, depth, context, batch in configs:
         data = gpt.synthetic_sequences(jax.random.key(0), batch, context, vocab)
 
@@ -105,17 +137,51 @@ def main(argv=None) -> None:
                 return cls(vocab, dim, heads, depth, context, rngs=nnx.Rngs(0, dropout=1))
 
         compare(f"GPT (examples/gpt_nnx.py): width {dim}, {depth} blocks, context {context}, "
-                f"batch {batch}", make, gpt.GPT, gpt_before, gpt_after, gpt.loss_fn, (data,),
-                ["50%", "30%"])
+                f"batch {batch}", make, gpt.GPT, before, after, gpt.loss_fn, (data,),
+                ["50%", "30%"], costs)
+
+
+def resnet_rows(costs: str) -> None:
     images, labels = resnet.synthetic_cifar(0, 16)
 
-    def make_resnet(cls):
+    def make(cls):
         with jax.threefry_partitionable(False):
             return cls((8, 16, 32), 2, 10, rngs=nnx.Rngs(0))
 
     compare("ResNet (examples/resnet_nnx.py blocks): widths (8, 16, 32), 6 residual blocks, "
-            "batch 16 of 32x32x3", make_resnet, ResNet, lambda self, x: self.stem(x),
-            lambda self, h: self.head(h), resnet.loss_fn, (images, labels), ["80%", "60%"])
+            "batch 16 of 32x32x3", make, ResNet, lambda self, x: self.stem(x),
+            lambda self, h: self.head(h), resnet.loss_fn, (images, labels), ["80%", "60%"], costs)
+
+
+def vit_rows(costs: str) -> None:
+    images, labels = vit.synthetic_images(0, 16)
+
+    def make(cls):
+        with jax.threefry_partitionable(False):
+            return cls(32, 4, 32, 4, 6, 10, rngs=nnx.Rngs(0, dropout=1))
+
+    compare("ViT (examples/vit_nnx.py): 32x32 images in 4x4 patches (65 tokens), width 32, "
+            "4 heads, 6 blocks, batch 16", make, vit.ViT, lambda self, x: self.embed(x),
+            lambda self, h: self.classify(h), vit.loss_fn, (images, labels), ["50%", "30%"], costs)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="gpt,resnet,vit")
+    parser.add_argument("--issue", action="store_true", help="add the width-128, 8-block GPT")
+    parser.add_argument("--costs", default="flops", choices=("flops", "static", "measured"),
+                        help="the blocks' cost model (remat_blocks' costs=); the table "
+                        "compares flops, which 'flops' minimises")
+    args = parser.parse_args(argv)
+    rows = {"gpt": lambda: gpt_rows(args.issue, args.costs),
+            "resnet": lambda: resnet_rows(args.costs), "vit": lambda: vit_rows(args.costs)}
+    unknown = set(args.models.split(",")) - set(rows)
+    if unknown:
+        parser.error(f"unknown models {sorted(unknown)}; choose from {sorted(rows)}")
+    print(f"JAX {jax.__version__}, backend {jax.default_backend()}; costs={args.costs!r}; memory: "
+          "jaxremat.flax.activation_memory (program order), flops: lowered cost_analysis")
+    for name in args.models.split(","):
+        rows[name]()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The examples run in their small configuration and their losses go down.
 
-resnet_nnx, gpt_nnx, mlp_linen and inception_graph run in-process through their ``main(argv)``;
+resnet_nnx, gpt_nnx, vit_nnx, mlp_linen and inception_graph run in-process through their ``main(argv)``;
 data_parallel runs in a subprocess because it sets XLA_FLAGS (8 host devices) before JAX
 starts.
 """
@@ -54,6 +54,12 @@ def test_resnet_nnx(capsys):
 
 def test_gpt_nnx(capsys):
     result = load("gpt_nnx").main(["--steps", "10"])
+    check_training(result, 0.9)
+    assert "jaxremat plan" in capsys.readouterr().out
+
+
+def test_vit_nnx(capsys):
+    result = load("vit_nnx").main(["--steps", "24"])
     check_training(result, 0.9)
     assert "jaxremat plan" in capsys.readouterr().out
 
