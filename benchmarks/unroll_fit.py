@@ -25,6 +25,7 @@ import argparse
 import functools
 import os
 import sys
+from typing import Any
 
 import jax
 
@@ -35,15 +36,16 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 import jaxremat  # noqa: E402
 import jaxremat.flax  # noqa: E402
-import jaxremat.flax.scanned as scanned  # noqa: E402
+from jaxremat.flax import scanned  # noqa: E402
 import nnx_scan  # noqa: E402
 import test_flax_scanned as small  # noqa: E402
 from jaxremat.scan.members import UNROLL  # noqa: E402
 
 
-def row(name: str, plan, step: int, flops: float | None = None) -> None:
+def row(name: str, plan: Any, step: int, flops: float | None = None) -> None:
+    """One line: the fit's member, what it probed, the step and their difference."""
     note = "" if flops is None else f" {flops:>10.4g}"
-    print(f"{name:<44} {str(plan.scan.member):<34} {plan.scope.measured:>9} {step:>9} "
+    print(f"{name:<44} {plan.scan.member!s:<34} {plan.scope.measured:>9} {step:>9} "
           f"{step - plan.scope.measured:>+7}{note}")
 
 
