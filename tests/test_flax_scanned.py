@@ -12,8 +12,9 @@ import pytest
 from flax import nnx
 
 import jaxremat
-from jaxremat.flax import remat_blocks
+from jaxremat.flax import model_scope, remat_blocks
 from jaxremat.flax.scanned import ScannedPlan, is_scanned_stack, plan_scanned, run_scanned
+from jaxremat.scan.members import UNROLL
 
 DIM, BATCH, DEPTH = 16, 96, 6
 
@@ -53,10 +54,10 @@ class Plain(nnx.Module):
         return jnp.tanh(forward(self.embed(x), self.blocks))
 
 
-def remat_model(budget, scope="model", method="rotor"):
+def remat_model(budget, scope="model", method="rotor", loss=None):
     """The same model, decorated: the scan line becomes ``self.run_blocks(h)``."""
 
-    @remat_blocks("blocks", budget=budget, scope=scope, method=method)
+    @remat_blocks("blocks", budget=budget, scope=scope, method=method, loss=loss)
     class Model(Plain):
         def __call__(self, x):
             return jnp.tanh(self.run_blocks(self.embed(x)))
@@ -64,8 +65,14 @@ def remat_model(budget, scope="model", method="rotor"):
     return Model
 
 
+def squares(out):
+    """The training step's loss of the model's outputs (``remat_blocks(..., loss=squares)``
+    makes the whole-step fit measure the step that ``loss_fn`` trains)."""
+    return jnp.mean(out ** 2)
+
+
 def loss_fn(model, x):
-    return jnp.mean(model(x) ** 2)
+    return squares(model(x))
 
 
 @nnx.jit
@@ -111,8 +118,9 @@ def test_is_scanned_stack():
 def test_training_equals_the_plain_scan_and_fits_the_whole_step(x, deterministic):
     """Dropout on (the same masks from each layer's own stream, step after step) and off;
     BatchNorm statistics and RNG counters written back as nnx.scan writes them; the
-    measured whole step within the budget and below the plain model's."""
-    remat = remat_model("80%")(deterministic=deterministic)
+    measured whole step within the budget and below the plain model's. The fit measures
+    with the step's loss (``loss=squares``): what it probes is what trains."""
+    remat = remat_model("80%", loss=squares)(deterministic=deterministic)
     plain = Plain(deterministic=deterministic)
     train_both(remat, plain, x)
     counts = nnx.state(remat.blocks)["dropout"]["rngs"]["count"].value
@@ -128,6 +136,25 @@ def test_training_equals_the_plain_scan_and_fits_the_whole_step(x, deterministic
     assert measured < plain_memory
     assert plan.scan.member.levels >= 1  # something is recomputed
     assert "whole training step" in str(plan) and "nested scans" in str(plan)
+
+
+@pytest.mark.slow
+def test_the_fit_probes_the_step_that_trains_with_unrolled_runs(x):
+    """The whole-step fit measures, byte for byte, the program the training step runs, for
+    a member whose last run of layers is unrolled (not a scan). Its tapes then live at the
+    top level, and the step peaks at the start of the backward, where the loss's cotangent
+    is live too, so the fit must measure with the step's loss (``loss=`` or ``fit_blocks``):
+    the default loss, the sum of the outputs, holds a broadcast of ones there and
+    mean(out ** 2) that and ``2 * out``: up to one output more (6144 B on JAX 0.10; 5160 B
+    on 0.12, where the default's step peaks a few equations earlier). With the blocks' runs
+    scanned (unroll=0) the peak was inside a loop, where the loss's cotangents are dead."""
+    model = remat_model("80%", loss=squares)(deterministic=False)
+    plan = model.plan_blocks(x)
+    step = jaxremat.flax.activation_memory(model, loss_fn, x, detail=True)
+    assert step.peak == plan.scope.measured <= plan.scope.budget
+    assert plan.scan.member.sizes[-1] <= UNROLL and step.location[0][1] != "scan"
+    summed = jaxremat.flax.activation_memory(model, lambda m, x: model_scope.summed(m(x)), x)
+    assert 0 < step.peak - summed <= BATCH * DIM * 4
 
 
 @pytest.mark.slow
@@ -177,10 +204,9 @@ def test_policies_are_passed_to_remat_scan(x, monkeypatch):
     import jaxremat.flax.scanned as scanned
     seen = []
 
-    def remat_scan(layer, budget, *, method, costs, policies, unroll):
-        seen.append(policies)
-        return jaxremat.remat_scan(layer, budget, method=method, costs=costs, policies=policies,
-                                   unroll=unroll)
+    def remat_scan(layer, budget, **settings):
+        seen.append(settings["policies"])
+        return jaxremat.remat_scan(layer, budget, **settings)
     monkeypatch.setattr(scanned, "remat_scan", remat_scan)
 
     @remat_blocks("blocks", budget="100%", scope="blocks", policies="dots_saveable")

@@ -85,8 +85,11 @@ def remat_blocks(
         forward and backward only (their input, tapes, gradients, transients).
       loss: with ``scope="model"``, the loss of the model's outputs that the step is
         measured with (labels do not change memory: a cross-entropy against zeros measures
-        what one against real labels does); default: the sum of the outputs. Or measure
-        the exact step once with ``model.fit_<attribute>(loss_fn, *batch)``.
+        what one against real labels does); default: the sum of the outputs. The loss
+        counts where the step peaks at the start of its backward (its cotangents are live
+        there: ``mean(out ** 2)`` holds ``2 * out`` beside the sum's broadcast of ones,
+        benchmarks/RESULTS.md), so pass the training loss, or measure the exact step once
+        with ``model.fit_<attribute>(loss_fn, *batch)``.
       method, slots, costs, policies: as for :class:`RematSequential` (``policies``: the
         menu of ``jax.checkpoint`` policies a block may be saved with, :mod:`jaxremat.sequence.policies`).
         For a scanned stack, ``method`` is one of :data:`jaxremat.scan.remat.SCAN_METHODS`,

@@ -214,11 +214,8 @@ def _remat_scan(stack: _Stack, budget: Any, method: str, costs: str, policies: A
     if scan is None:
         layer = shared_function(("scanned", stack.graphdef, stack.impls), lambda: functools.partial(
             _scanned_layer, stack.graphdef, stack.impls))  # one profile per block definition
-        # unroll=0: with inner runs unrolled, the whole step of tests/test_flax_scanned.py
-        # measured one activation more than the same member measured while its fit probed
-        # it (cause not found yet); scanned inner runs measure the same both times
         scan = _remember(key, remat_scan(layer, budget, method=method, costs=costs,
-                                           policies=policies, unroll=0))
+                                           policies=policies))
     return scan
 
 
