@@ -120,7 +120,7 @@ def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: 
         options = sorted({o for o in plan.options if o != "everything"})
         print(f"{label:>22} {jaxremat.format_bytes(memory):>11} {memory / plain:>9.3f} "
               f"{flops / plain_flops:>12.3f} {ratio}  {plan.method}: "
-              f"{plan.decisions().count('store tape')} of {len(plan.decisions())} tapes stored"
+              f"{sum(d.startswith('store tape') for d in plan.decisions())} of {len(plan.decisions())} tapes stored"
               + (f" (policies {', '.join(options)})" if options else "")
               + (f"; vs {policy}" if label.endswith("%") and policy else ""))
 
