@@ -313,9 +313,14 @@ def _stacked(tree: Any, batch: int) -> Any:
 
 
 WORK_LIMIT = 2_000_000
-"""Default ``work_limit`` of :func:`remat_graph` and :class:`jaxremat.flax.RematModule`:
-candidates each budgeted search may examine (:func:`solver.checkpoint_search`), about 0.5 to 1
-CPU seconds on the 2-core container of benchmarks/RESULTS.md."""
+"""Default ``work_limit`` of :func:`remat_graph`: candidates each budgeted search may examine
+(:func:`solver.checkpoint_search`), about 0.4 to 0.7 CPU seconds on the 2-core container of
+benchmarks/RESULTS.md."""
+
+MODULE_WORK_LIMIT = 1_000_000
+"""Default ``work_limit`` of :class:`jaxremat.flax.RematModule`, half of :data:`WORK_LIMIT`
+(issue 18.4: a model's first budget planned in <= 5 CPU s). On the 6-block ResNet of
+``benchmarks/planning_time.py`` it gives the same plans as ``WORK_LIMIT`` at 50/60/75/90 %."""
 
 
 def check_graph_settings(max_vertices: int, time_limit: float | None,
@@ -466,7 +471,7 @@ def remat_graph(
         (:mod:`jaxremat.graph.budget`). Under ``jax.vmap`` it means the whole batch (or
         ensemble), and the vmapped program is what is measured.
       max_vertices: refuse functions with more top-level operations on ``x`` than this.
-      time_limit: with a budget, seconds allowed to the (at most 6) budgeted searches
+      time_limit: with a budget, seconds allowed to the (at most 5) budgeted searches
         together; one that runs out returns the best set it found. ``None`` (default): no
         limit. A time limit makes the plan depend on the machine's speed and load.
       work_limit: with a budget, candidates each budgeted search may examine
