@@ -15,7 +15,7 @@ that the numbers mean something on a shared machine:
   on one model (later budgets reuse what the earlier ones planned, as in a sweep).
 
 The ResNet's budgeted searches stop at ``RematModule``'s ``work_limit`` (candidates examined,
-:data:`jaxremat.graph.remat.WORK_LIMIT` per search by default): deterministic, so the plans
+:data:`jaxremat.graph.remat.MODULE_WORK_LIMIT` per search by default): deterministic, so the plans
 are the same on every run and machine; only the times vary with the load. (Before, a 30 s
 wall-time limit for all six made the plans depend on the load.)
 

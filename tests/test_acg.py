@@ -254,3 +254,54 @@ def test_merged_segments_example():
 
     assert graph_segments(g, ["c1", "c2"]) == [("a", "b", "d")]
     assert training_memory(g, ["c1", "c2"]) == 2 + 15
+
+
+def _closure(n, edges):
+    """reach[a, b]: a path of length >= 0 from a to b (transitive closure, Warshall)."""
+    import numpy as np
+
+    reach = np.eye(n, dtype=bool)
+    for a, b in edges:
+        reach[a, b] = True
+    for k in range(n):
+        reach |= reach[:, [k]] & reach[[k], :]
+    return reach
+
+
+@given(st.integers(1, 9).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=20),
+    st.sets(st.integers(0, n - 1)))))
+def test_compiled_segments_and_sccs_against_reachability(case):
+    # merged_segments and strongly_connected are compiled (numba); check them against their
+    # definitions: mutual reachability, in a topological order of the quotient graph.
+    from solver.graph.model import merged_segments, strongly_connected
+
+    n, edges, recomputed = case
+    edges = [(a, b) for a, b in edges if a != b]
+    succ = [set() for _ in range(n)]
+    for a, b in edges:
+        succ[a].add(b)
+    reach = _closure(n, edges)
+    sccs = strongly_connected(n, succ)
+    assert sorted(v for g in sccs for v in g) == list(range(n))
+    for i, g in enumerate(sccs):
+        assert all(reach[u, v] and reach[v, u] for u in g for v in g)
+        for h in sccs[i + 1:]:  # reverse topological: nothing earlier reaches a later one
+            assert not any(reach[u, v] for u in g for v in h)
+    undirected = edges + [(b, a) for a, b in edges if a in recomputed and b in recomputed]
+    inner = _closure(n, [(a, b) for a, b in undirected if a in recomputed and b in recomputed])
+    comp = {v: min(u for u in recomputed if inner[u, v]) for v in recomputed}  # component ids
+    node = {v: ("c", comp[v]) if v in recomputed else ("k", v) for v in range(n)}
+    names = sorted(set(node.values()))
+    q = _closure(len(names), [(names.index(node[a]), names.index(node[b])) for a, b in edges])
+    segments = merged_segments(n, edges, recomputed)
+    assert sorted(v for s in segments for v in s) == sorted(recomputed)
+    where = {v: k for k, s in enumerate(segments) for v in s}
+    for s in segments:
+        assert s == sorted(s)
+    for u in recomputed:
+        for v in recomputed:
+            qu, qv = names.index(node[u]), names.index(node[v])
+            assert (where[u] == where[v]) == bool(q[qu, qv] and q[qv, qu])
+            if where[u] < where[v]:
+                assert not q[qv, qu]  # topological: a later segment never feeds an earlier one

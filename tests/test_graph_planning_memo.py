@@ -121,3 +121,35 @@ def test_work_limited_plan_is_the_same_under_load(monkeypatch):
     assert unlimited.checkpoints.recompute < first.checkpoints.recompute  # the limit did bite
     with pytest.raises(ValueError, match="work_limit"):
         remat_graph(residual_mlp, "50%", work_limit=-1)
+
+
+def test_shared_region_functions_run_the_same_program():
+    # The memo keeps each region's function (remat.run_regions' `functions`), so that JAX's
+    # differentiation caches hit for the regions several plans share: a plan then runs and
+    # measures exactly what freshly built region functions give.
+    import jax
+
+    from jaxremat.graph.remat import _scalar, run_regions
+    from test_remat_graph import residual_mlp
+
+    fn = lambda p, x: residual_mlp(p, x)  # noqa: E731  (a fresh memo)
+    params = MLP[:3]
+    plain = activation_memory(fn, params, X)
+    graphs = [remat_graph(fn, budget) for budget in (None, int(0.7 * plain))]
+    plans = [g.plan(params, X) for g in graphs]
+    traced, _, functions = graphs[1]._planned(params, X)
+    assert functions and len({id(f) for f in functions.values()}) == len(functions)
+    expected = jax.grad(fn)(params, X)
+    for plan in plans:
+        assert plan.regions
+        def loss(p, x, shared):
+            return _scalar(run_regions(traced, plan, p, x, functions if shared else None))
+        shared, fresh = (jax.make_jaxpr(jax.grad(lambda p, x, s=s: loss(p, x, s)))(params, X)
+                         for s in (True, False))
+        assert str(shared) == str(fresh)
+        measured = activation_memory(lambda p, x: loss(p, x, True), params, X)
+        assert measured == activation_memory(lambda p, x: loss(p, x, False), params, X)
+        assert plan.measured in (None, measured)
+        got = jax.grad(lambda p, x: loss(p, x, True))(params, X)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+            assert jnp.allclose(a, b, rtol=1e-5, atol=1e-5)

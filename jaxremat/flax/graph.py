@@ -37,7 +37,7 @@ from flax import nnx
 
 from ..budget import check_budget
 from ..graph.memo import PlanningMemo
-from ..graph.remat import WORK_LIMIT, GraphPlan, RematGraph, check_graph_settings
+from ..graph.remat import MODULE_WORK_LIMIT, GraphPlan, RematGraph, check_graph_settings
 from ..lru import LRU
 
 __all__ = ["RematModule"]
@@ -84,12 +84,13 @@ class RematModule(nnx.Module):
       time_limit: seconds allowed to the budgeted searches when a plan is made (default
         ``None``: none; a time limit makes plans depend on the machine's load).
       work_limit: candidates each budgeted search may examine (deterministic; default
-        :data:`jaxremat.graph.remat.WORK_LIMIT`), as for :func:`jaxremat.remat_graph`.
+        :data:`jaxremat.graph.remat.MODULE_WORK_LIMIT`, half of ``remat_graph``'s), as for
+        :func:`jaxremat.remat_graph`.
     """
 
     def __init__(self, module: nnx.Module, budget: int | float | str | None = None, *,
                  max_vertices: int = 1000, time_limit: float | None = None,
-                 work_limit: int | None = WORK_LIMIT) -> None:
+                 work_limit: int | None = MODULE_WORK_LIMIT) -> None:
         if not isinstance(module, nnx.Module):
             raise TypeError(f"RematModule wraps an nnx.Module, got {type(module).__name__}; "
                             f"for a plain function use jaxremat.remat_graph.")

@@ -11,6 +11,9 @@ per graph definition) keeps, per input signature (LRU of ``SIGNATURES``):
 
 * the traced graph and its least-memory set;
 * the measured bytes of each plan measured, by kept set and mode;
+* the function of each region run (:func:`jaxremat.graph.remat.run_regions`): JAX caches
+  the differentiation of a checkpointed function by the function, so a region that several
+  plans share is traced and differentiated once;
 * the budgeted searches run, reused for a model budget ``b`` whenever an earlier search
   with the same work limit at ``b0 >= b`` returned a set whose model memory is at most
   ``b``: the least recompute does not decrease when the budget shrinks, so that set is
@@ -44,6 +47,8 @@ class SignatureMemo:
         self.least: solver.CheckpointSet = solver.checkpoint_search(traced.graph)
         self._measured: dict[Hashable, int] = {}
         self._searches: list[tuple[float, int | None, solver.CheckpointSet]] = []
+        # each region's function, shared by the plans of this signature (remat.run_regions)
+        self.functions: dict[Hashable, tuple] = {}
         self.searches_run = 0  # budgeted searches actually run (tests read it)
 
     def measured(self, key: Hashable, measure: Callable[[], int]) -> int:

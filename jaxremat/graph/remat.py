@@ -248,10 +248,18 @@ def _region_function(jaxpr: Jaxpr, ids, needed_after, saved_eqns) -> tuple[Calla
     return run, inputs, outputs
 
 
-def run_regions(traced: TracedGraph, plan: GraphPlan, params: Any, x: Any):
+def run_regions(traced: TracedGraph, plan: GraphPlan, params: Any, x: Any,
+                functions: dict | None = None):
     """Evaluate ``traced.closed`` on ``(params, x)`` as ``plan`` says: region ``k`` under
     ``jax.checkpoint`` when ``plan.checkpointed[k]``, keeping the values of ``plan.saved``
-    (no regions: the plain function)."""
+    (no regions: the plain function).
+
+    ``functions`` (optional, one dict per traced graph: :attr:`SignatureMemo.functions`)
+    keeps each region's function across calls, keyed by what defines it (its equations,
+    outputs, saved equations and checkpoint policy). Plans of one signature share most
+    regions, and JAX caches a checkpointed function's trace, JVP, partial evaluation and
+    transpose by the function and its jaxpr, so a region already differentiated for one plan
+    costs little in the next (issue 18.4). The program is the same either way."""
     jaxpr = traced.closed.jaxpr
     if not plan.regions:
         outs = jaxpr_as_fun(traced.closed)(*jax.tree.leaves(params), *jax.tree.leaves(x))
@@ -273,9 +281,18 @@ def run_regions(traced: TracedGraph, plan: GraphPlan, params: Any, x: Any):
         if not ids:
             continue
         later = set().union(final, *(read_by[m] for m in range(len(blocks)) if m != k))
-        run, inputs, outputs = _region_function(jaxpr, ids, later, saved_eqns if remat else set())
-        if remat:
-            run = jax.checkpoint(run, prevent_cse=True, policy=policy if plan.saved else None)
+        saved_here = saved_eqns.intersection(ids) if remat else set()
+        key = (remat, ids, tuple(v for i in ids for v in jaxpr.eqns[i].outvars if v in later),
+               frozenset(saved_here), remat and bool(plan.saved))
+        made = None if functions is None else functions.get(key)
+        if made is None:
+            run, inputs, outputs = _region_function(jaxpr, ids, later, saved_here)
+            if remat:
+                run = jax.checkpoint(run, prevent_cse=True, policy=policy if plan.saved else None)
+            made = (run, inputs, outputs)
+            if functions is not None:
+                functions[key] = made
+        run, inputs, outputs = made
         env.update(zip(outputs, run(*(env[v] for v in inputs))))
     outs = [v.val if isinstance(v, Literal) else env[v] for v in jaxpr.outvars]
     return jax.tree.unflatten(traced.out_tree, outs)
@@ -296,9 +313,14 @@ def _stacked(tree: Any, batch: int) -> Any:
 
 
 WORK_LIMIT = 2_000_000
-"""Default ``work_limit`` of :func:`remat_graph` and :class:`jaxremat.flax.RematModule`:
-candidates each budgeted search may examine (:func:`solver.checkpoint_search`), about 0.5 to 1
-CPU seconds on the 2-core container of benchmarks/RESULTS.md."""
+"""Default ``work_limit`` of :func:`remat_graph`: candidates each budgeted search may examine
+(:func:`solver.checkpoint_search`), about 0.4 to 0.7 CPU seconds on the 2-core container of
+benchmarks/RESULTS.md."""
+
+MODULE_WORK_LIMIT = 1_000_000
+"""Default ``work_limit`` of :class:`jaxremat.flax.RematModule`, half of :data:`WORK_LIMIT`
+(issue 18.4: a model's first budget planned in <= 5 CPU s). On the 6-block ResNet of
+``benchmarks/planning_time.py`` it gives the same plans as ``WORK_LIMIT`` at 50/60/75/90 %."""
 
 
 def check_graph_settings(max_vertices: int, time_limit: float | None,
@@ -333,12 +355,13 @@ class RematGraph:
         # what every budget of fn shares (jaxremat.graph.memo); max_vertices only refuses
         self._memo = memo_for(fn) if memo is None else memo
         self._cache: dict[Any, tuple[TracedGraph, GraphPlan]] = {}
+        self._functions: dict[Any, dict] = {}  # the regions' functions (run_regions)
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__name__", self.fn)
         return f"RematGraph({name!r}, budget={self.budget!r}, max_vertices={self.max_vertices})"
 
-    def _planned(self, params: Any, x: Any) -> tuple[TracedGraph, GraphPlan]:
+    def _planned(self, params: Any, x: Any) -> tuple[TracedGraph, GraphPlan, dict]:
         batch = vmap_batch_size((params, x))  # an ensemble batches the params only
         # which of the two vmap batches (None: neither): the plans are measured that way
         batched = (vmap_batch_size(params) > 1, vmap_batch_size(x) > 1) if batch > 1 else None
@@ -350,7 +373,8 @@ class RematGraph:
                     self.fn, abstract_params, abstract_x, max_vertices=self.max_vertices))
                 self._cache[key] = (memo.traced, self._plan(memo, abstract_params, abstract_x,
                                                             batch, batched))
-            return self._cache[key]
+                self._functions[key] = memo.functions
+            return (*self._cache[key], self._functions[key])
 
     def _plan(self, memo: SignatureMemo, params: Any, x: Any, batch: int,
               batched: tuple[bool, bool] | None = None) -> GraphPlan:
@@ -387,7 +411,7 @@ class RematGraph:
             def loss(floats, others, x):
                 parts = (iter(floats), iter(others))
                 p = treedef.unflatten([next(parts[0] if f else parts[1]) for f in inexact])
-                return _scalar(run_regions(traced, plan, p, x))
+                return _scalar(run_regions(traced, plan, p, x, memo.functions))
             if batched is None:
                 return activation_memory(loss, floats, others, x)
             axes = (0 if batched[0] else None, 0 if batched[0] else None, 0 if batched[1] else None)
@@ -422,8 +446,8 @@ class RematGraph:
         return self._planned(params, x)[1]
 
     def __call__(self, params: Any, x: Any):
-        traced, plan = self._planned(params, x)
-        return run_regions(traced, plan, params, x)
+        traced, plan, functions = self._planned(params, x)
+        return run_regions(traced, plan, params, x, functions)
 
 
 def remat_graph(
@@ -447,7 +471,7 @@ def remat_graph(
         (:mod:`jaxremat.graph.budget`). Under ``jax.vmap`` it means the whole batch (or
         ensemble), and the vmapped program is what is measured.
       max_vertices: refuse functions with more top-level operations on ``x`` than this.
-      time_limit: with a budget, seconds allowed to the (at most 6) budgeted searches
+      time_limit: with a budget, seconds allowed to the (at most 5) budgeted searches
         together; one that runs out returns the best set it found. ``None`` (default): no
         limit. A time limit makes the plan depend on the machine's speed and load.
       work_limit: with a budget, candidates each budgeted search may examine

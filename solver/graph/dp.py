@@ -122,7 +122,7 @@ class Context:
         if time.monotonic() > self.deadline:
             raise TimeLimit
         front = prune(groups, _COLUMNS[state], seg_limit=self.seg_limit,
-                      size_limit=self.size_limit, with_rc=self.budget_mode, record=self.record,
+                      size_limit=self.size_limit, with_rc=self.budget_mode, record=self.record_range,
                       rc_limit=self.rc_limit, tick=self.tick, memory_limit=self.memory_limit,
                       bound=bound)
         if bound is not None and len(front) > self.front_limit:
@@ -142,15 +142,20 @@ class Context:
         strict ``<``, so its range is ``(max accepted, min rejected]``)."""
         if not self.ranges or len(values) == 0:
             return
-        r = self.ranges[-1]
-        i = {"seg": 0, "size": 2, "rc": 4}[kind]
         if accepted.all():
-            r[i] = max(r[i], float(values.max()))
+            self.record_range(kind, float(values.max()), np.inf)
         elif not accepted.any():
-            r[i + 1] = min(r[i + 1], float(values.min()))
+            self.record_range(kind, -np.inf, float(values.min()))
         else:
-            r[i] = max(r[i], float(values[accepted].max()))
-            r[i + 1] = min(r[i + 1], float(values[~accepted].min()))
+            self.record_range(kind, float(values[accepted].max()), float(values[~accepted].min()))
+
+    def record_range(self, kind: str, largest_accepted: float, least_rejected: float) -> None:
+        """:meth:`record` from the extremes of the values (``-inf`` / ``inf``: none)."""
+        if self.ranges:
+            r = self.ranges[-1]
+            i = {"seg": 0, "size": 2, "rc": 4}[kind]
+            r[i] = max(r[i], largest_accepted)
+            r[i + 1] = min(r[i + 1], least_rejected)
 
     def total(self, node: Node) -> tuple[float, float]:
         """(bytes, cost) of the node's inner vertices."""

@@ -168,18 +168,18 @@ def nondominated(columns: Sequence[np.ndarray], tiebreak: np.ndarray | None = No
         return np.arange(k)
     keys = list(columns) + ([tiebreak] if tiebreak is not None else [])
     order = np.lexsort(keys[::-1])
-    x = np.stack([c[order] for c in columns], axis=1)
-    d = x.shape[1]
+    d = len(columns)
     if d == 1:
         return order[:1]
     if d == 2:
-        running = np.minimum.accumulate(x[:, 1])
+        second = columns[1][order]
+        running = np.minimum.accumulate(second)
         previous = np.concatenate(([np.inf], running[:-1]))
-        return order[x[:, 1] < previous]
+        return order[second < previous]
     if d == 3:
-        ranks = np.unique(x[:, 1], return_inverse=True)[1].astype(np.int64)
-        return order[_sweep3(ranks, np.ascontiguousarray(x[:, 2]))]
-    return order[_sweep(np.ascontiguousarray(x))]
+        ranks = np.unique(columns[1][order], return_inverse=True)[1].astype(np.int64)
+        return order[_sweep3(ranks.reshape(-1), columns[2][order])]
+    return order[_sweep(np.stack([c[order] for c in columns], axis=1))]
 
 
 @numba.njit(cache=True)
@@ -260,9 +260,10 @@ def prune(
       with_rc: compare on recompute too (budget mode: the fronts are (weights, size, rc)
         Pareto fronts, ties broken by the least ``top``); otherwise recompute only breaks
         ties.
-      record: called as ``record(kind, values, accepted)`` for the comparisons against the
-        limits (``kind`` is ``"seg"``, ``"size"`` or ``"rc"``), so that callers can tell for
-        which limits the result stays the same.
+      record: called as ``record(kind, largest_accepted, least_rejected)`` for the
+        comparisons against the limits (``kind`` is ``"seg"``, ``"size"`` or ``"rc"``;
+        ``-inf`` / ``inf`` when no value was accepted / rejected), so that callers can tell
+        for which limits the result stays the same.
       rc_limit: recompute must be ``< rc_limit`` (an incumbent's; recompute only grows).
       tick: called as ``tick(rows)`` after each batch of ``rows`` candidates is pruned
         (at least once per call, so that callers can count the work done and enforce a
@@ -295,31 +296,56 @@ def prune(
     return _prune_once(pending, **kwargs)
 
 
+@numba.njit(cache=True)
+def _within(a: np.ndarray, b: np.ndarray, size: np.ndarray, rc: np.ndarray, seg_limit: float,
+            size_limit: float, rc_limit: float, memory_limit: float,
+            extremes: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Indices of the rows within the limits of :func:`prune` (one pass). Writes into
+    ``extremes`` the largest accepted and least rejected value of each comparison (bytes
+    against ``size_limit``; ``a`` and ``b`` against ``seg_limit``; ``rc`` against
+    ``rc_limit``), where ``-inf`` / ``inf`` mean none."""
+    out = np.empty(len(size), dtype=np.int64)
+    count = 0
+    for k in range(len(size)):
+        good = True
+        for slot, value, fits in ((0, size[k], size[k] <= size_limit), (2, a[k], a[k] <= seg_limit),
+                                  (2, b[k], b[k] <= seg_limit), (4, rc[k], rc[k] < rc_limit)):
+            if fits:
+                if value > extremes[slot]:
+                    extremes[slot] = value
+            else:
+                good = False
+                if value < extremes[slot + 1]:
+                    extremes[slot + 1] = value
+        if good and memory_limit < np.inf and size[k] + max(a[k], b[k]) > memory_limit:
+            good = False
+        if good:
+            out[count] = k
+            count += 1
+    return out[:count]
+
+
 def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_limit, memory_limit,
                 bound) -> Front:
     parts = [g for g in groups if g is not None and len(g.size)]
     if not parts:
         return EMPTY
-    a = np.concatenate([p.a for p in parts])
-    b = np.concatenate([p.b for p in parts])
-    size = np.concatenate([p.size for p in parts])
-    rc = np.concatenate([p.rc for p in parts])
-    top = np.concatenate([p.top for p in parts])
-    starts = np.cumsum([0] + [len(p.size) for p in parts])  # part n holds rows starts[n]:starts[n+1]
-    ok_size = size <= size_limit
-    ok_a = a <= seg_limit
-    ok_b = b <= seg_limit
-    ok_rc = rc < rc_limit
+    if len(parts) == 1:
+        a, b, size, rc, top = parts[0].a, parts[0].b, parts[0].size, parts[0].rc, parts[0].top
+    else:
+        a = np.concatenate([p.a for p in parts])
+        b = np.concatenate([p.b for p in parts])
+        size = np.concatenate([p.size for p in parts])
+        rc = np.concatenate([p.rc for p in parts])
+        top = np.concatenate([p.top for p in parts])
+    extremes = np.array([-np.inf, np.inf] * 3)
+    idx = _within(a, b, size, rc, float(seg_limit), float(size_limit), float(rc_limit),
+                  float(memory_limit), extremes)
     if record is not None:
-        record("size", size, ok_size)
-        record("seg", a, ok_a)
-        record("seg", b, ok_b)
+        record("size", extremes[0], extremes[1])
+        record("seg", extremes[2], extremes[3])
         if rc_limit < np.inf:
-            record("rc", rc, ok_rc)
-    ok = ok_size & ok_a & ok_b & ok_rc
-    if memory_limit < np.inf:
-        ok &= size + np.maximum(a, b) <= memory_limit
-    idx = np.flatnonzero(ok)
+            record("rc", extremes[4], extremes[5])
     if bound is not None and len(idx):
         idx = idx[bound(a[idx], b[idx], size[idx], rc[idx])]
     if len(idx) == 0:
@@ -329,12 +355,16 @@ def _prune_once(groups, *, columns, seg_limit, size_limit, with_rc, record, rc_l
     if with_rc:
         cols.append(rc[idx])
     idx = idx[nondominated(cols, top[idx] if with_rc else rc[idx])]
-    mask = np.empty(len(idx), dtype=object)
-    group = np.searchsorted(starts, idx, side="right") - 1
-    local = idx - starts[group]
-    for n, p in enumerate(parts):
-        sel = np.flatnonzero(group == n) if len(parts) > 1 else np.arange(len(idx))
-        if len(sel):
-            built = p.mask[local[sel]] if isinstance(p, Front) else p.masks(local[sel])
-            mask[sel] = built
+    if len(parts) == 1:
+        p = parts[0]
+        mask = p.mask[idx] if isinstance(p, Front) else p.masks(idx)
+    else:
+        mask = np.empty(len(idx), dtype=object)
+        starts = np.cumsum([0] + [len(p.size) for p in parts])  # part n: rows starts[n]:starts[n+1]
+        group = np.searchsorted(starts, idx, side="right") - 1
+        local = idx - starts[group]
+        for n, p in enumerate(parts):
+            sel = np.flatnonzero(group == n)
+            if len(sel):
+                mask[sel] = p.mask[local[sel]] if isinstance(p, Front) else p.masks(local[sel])
     return Front(a[idx], b[idx], size[idx], rc[idx], top[idx], mask)

@@ -53,56 +53,162 @@ def merged_segments(
 
     Args:
       n: number of vertices ``0..n-1`` (any numbering; edges need not follow it).
-      edges: directed edges ``(a, b)``.
+      edges: directed edges ``(a, b)`` (pairs, or an ``(E, 2)`` integer array).
       recomputed: the vertices that are not kept.
 
     Returns:
       The segments, each a sorted vertex list, in a topological order of the quotient graph
       (a segment comes after every segment it reads from, directly or through checkpoints).
     """
-    open_set = sorted(set(recomputed))
-    succ: list[list[int]] = [[] for _ in range(n)]
-    undirected: list[list[int]] = [[] for _ in range(n)]
-    for a, b in edges:
-        succ[a].append(b)
-        undirected[a].append(b)
-        undirected[b].append(a)
-    is_open = np.zeros(n, dtype=bool)
-    is_open[open_set] = True
-    comp = np.full(n, -1, dtype=np.int64)
-    members: list[list[int]] = []
-    for v in open_set:
-        if comp[v] >= 0:
-            continue
-        c = len(members)
-        comp[v] = c
-        stack, group = [v], [v]
-        while stack:
-            x = stack.pop()
-            for y in undirected[x]:
-                if is_open[y] and comp[y] < 0:
-                    comp[y] = c
-                    stack.append(y)
-                    group.append(y)
-        members.append(group)
-    r = len(members)
-    if r == 0:
+    is_open = np.zeros(n, dtype=np.bool_)
+    is_open[np.fromiter(set(recomputed), dtype=np.int64)] = True
+    return [part.tolist() for part in _segment_arrays(n, edges, is_open)]
+
+
+def _segment_arrays(n: int, edges, is_open: np.ndarray) -> list[np.ndarray]:
+    """:func:`merged_segments` of the vertices where ``is_open``, as sorted int arrays."""
+    pairs = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    label = _segment_labels(n, np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]),
+                            is_open)
+    order = np.argsort(label, kind="stable")  # by segment, vertices ascending within
+    order = order[label[order] >= 0]
+    if len(order) == 0:
         return []
-    # Quotient graph: node c < r is component c, node r + v is kept vertex v.
-    node = np.where(comp >= 0, comp, r + np.arange(n))
-    q_succ: list[set[int]] = [set() for _ in range(r + n)]
-    for a, b in edges:
-        qa, qb = int(node[a]), int(node[b])
-        if qa != qb:
-            q_succ[qa].add(qb)
-    scc = strongly_connected(r + n, q_succ)
-    # Tarjan emits SCCs in reverse topological order; reverse for a topological order.
-    segments: list[list[int]] = []
-    for group in reversed(scc):
-        vertices = sorted(v for c in group if c < r for v in members[c])
-        if vertices:
-            segments.append(vertices)
-    return segments
+    return np.split(order, np.flatnonzero(np.diff(label[order])) + 1)
+
+
+@numba.njit(cache=True)
+def _csr(n, src, dst):  # pragma: no cover - compiled
+    """Sorted, duplicate-free successor lists of the edges ``src -> dst`` (CSR)."""
+    order = np.argsort(src * n + dst)
+    start = np.zeros(n + 1, dtype=np.int64)
+    adj = np.empty(len(src), dtype=np.int64)
+    count = 0
+    last = -1
+    for k in order:
+        key = src[k] * n + dst[k]
+        if key == last:
+            continue
+        last = key
+        adj[count] = dst[k]
+        start[src[k] + 1] += 1
+        count += 1
+    for v in range(n):
+        start[v + 1] += start[v]
+    return start, adj[:count]
+
+
+@numba.njit(cache=True)
+def _tarjan(n, start, adj):  # pragma: no cover - compiled
+    """Tarjan's algorithm, iterative, roots and successors in increasing order: the
+    vertices in the order their SCCs are emitted (reverse topological order), and where
+    each SCC ends in that list."""
+    index = np.full(n, -1, dtype=np.int64)
+    low = np.zeros(n, dtype=np.int64)
+    on_stack = np.zeros(n, dtype=np.bool_)
+    stack = np.empty(n, dtype=np.int64)
+    work_v = np.empty(n, dtype=np.int64)
+    work_i = np.empty(n, dtype=np.int64)
+    out = np.empty(n, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    top = depth = emitted = groups = counter = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        index[root] = low[root] = counter
+        counter += 1
+        stack[top] = root
+        top += 1
+        on_stack[root] = True
+        work_v[0], work_i[0], depth = root, 0, 1
+        while depth:
+            v, i = work_v[depth - 1], work_i[depth - 1]
+            if start[v] + i < start[v + 1]:
+                work_i[depth - 1] = i + 1
+                x = adj[start[v] + i]
+                if index[x] < 0:
+                    index[x] = low[x] = counter
+                    counter += 1
+                    stack[top] = x
+                    top += 1
+                    on_stack[x] = True
+                    work_v[depth], work_i[depth] = x, 0
+                    depth += 1
+                elif on_stack[x]:
+                    low[v] = min(low[v], index[x])
+                continue
+            depth -= 1
+            if depth:
+                parent = work_v[depth - 1]
+                low[parent] = min(low[parent], low[v])
+            if low[v] == index[v]:
+                while True:
+                    top -= 1
+                    x = stack[top]
+                    on_stack[x] = False
+                    out[emitted] = x
+                    emitted += 1
+                    if x == v:
+                        break
+                ends[groups] = emitted
+                groups += 1
+    return out, ends[:groups]
+
+
+@numba.njit(cache=True)
+def _segment_labels(n, src, dst, is_open):  # pragma: no cover - compiled
+    """:func:`merged_segments` as labels: each vertex's segment, numbered in topological
+    order of the quotient graph (-1: kept). Components are numbered by their least vertex
+    and kept vertex ``v`` is quotient node ``r + v``, as the module docstring describes."""
+    start, adj = _csr(n, np.concatenate((src, dst)), np.concatenate((dst, src)))
+    comp = np.full(n, -1, dtype=np.int64)
+    todo = np.empty(n, dtype=np.int64)
+    r = 0
+    for v in range(n):
+        if not is_open[v] or comp[v] >= 0:
+            continue
+        comp[v] = r
+        todo[0], size = v, 1
+        while size:
+            size -= 1
+            x = todo[size]
+            for k in range(start[x], start[x + 1]):
+                y = adj[k]
+                if is_open[y] and comp[y] < 0:
+                    comp[y] = r
+                    todo[size] = y
+                    size += 1
+        r += 1
+    label = np.full(n, -1, dtype=np.int64)
+    if r == 0:
+        return label
+    node = np.empty(n, dtype=np.int64)
+    for v in range(n):
+        node[v] = comp[v] if comp[v] >= 0 else r + v
+    q_src = np.empty(len(src), dtype=np.int64)
+    q_dst = np.empty(len(src), dtype=np.int64)
+    m = 0
+    for k in range(len(src)):
+        if node[src[k]] != node[dst[k]]:
+            q_src[m], q_dst[m] = node[src[k]], node[dst[k]]
+            m += 1
+    q_start, q_adj = _csr(r + n, q_src[:m], q_dst[:m])
+    out, ends = _tarjan(r + n, q_start, q_adj)
+    segment_of = np.full(r, -1, dtype=np.int64)
+    count = 0
+    for g in range(len(ends) - 1, -1, -1):  # reversed: a topological order
+        first = ends[g - 1] if g else 0
+        found = False
+        for k in range(first, ends[g]):
+            if out[k] < r:
+                segment_of[out[k]] = count
+                found = True
+        if found:
+            count += 1
+    for v in range(n):
+        if comp[v] >= 0:
+            label[v] = segment_of[comp[v]]
+    return label
 
 
 @numba.njit(cache=True)
@@ -169,50 +275,12 @@ def segment_masks(recomputed: np.int64, undirected: np.ndarray, successors: np.n
 
 
 def strongly_connected(n: int, succ: list[set[int]]) -> list[list[int]]:
-    """Tarjan's algorithm, iterative; SCCs in reverse topological order."""
-    index = [-1] * n
-    low = [0] * n
-    on_stack = [False] * n
-    stack: list[int] = []
-    out: list[list[int]] = []
-    counter = 0
-    adjacency = [sorted(s) for s in succ]
-    for root in range(n):
-        if index[root] >= 0:
-            continue
-        work = [(root, 0)]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack[root] = True
-        while work:
-            v, i = work[-1]
-            if i < len(adjacency[v]):
-                work[-1] = (v, i + 1)
-                x = adjacency[v][i]
-                if index[x] < 0:
-                    index[x] = low[x] = counter
-                    counter += 1
-                    stack.append(x)
-                    on_stack[x] = True
-                    work.append((x, 0))
-                elif on_stack[x]:
-                    low[v] = min(low[v], index[x])
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-            if low[v] == index[v]:
-                group = []
-                while True:
-                    x = stack.pop()
-                    on_stack[x] = False
-                    group.append(x)
-                    if x == v:
-                        break
-                out.append(group)
-    return out
+    """Tarjan's algorithm (iterative, compiled); SCCs in reverse topological order, each
+    in the order Tarjan's stack pops them."""
+    src = np.array([a for a in range(n) for _ in succ[a]], dtype=np.int64)
+    dst = np.array([b for a in range(n) for b in succ[a]], dtype=np.int64)
+    out, ends = _tarjan(n, *_csr(n, src, dst))
+    return [part.tolist() for part in np.split(out, ends[:-1])] if n else []
 
 
 def checkpoint_ids(graph: Graph, checkpoints: Iterable[Hashable]) -> frozenset[int]:
@@ -229,18 +297,19 @@ def segments_of(graph: Graph, kept: Iterable[int]) -> list[tuple[int, ...]]:
     """The segments (vertex ids, topological order) when the inner vertex ids ``kept`` are kept."""
     kept = set(kept)
     recomputed = [v for v in range(1, len(graph) - 1) if v not in kept]
-    return [tuple(s) for s in merged_segments(len(graph), graph.edges.tolist(), recomputed)]
+    return [tuple(s) for s in merged_segments(len(graph), graph.edges, recomputed)]
 
 
 def memory_of(graph: Graph, kept: Iterable[int]) -> tuple[float, float, float]:
     """``(memory, largest segment, recompute)`` of the inner vertex ids ``kept`` (ids, fast path)."""
     kept = sorted(set(kept) - {graph.source, graph.target})
-    segments = segments_of(graph, kept)
+    is_open = np.ones(len(graph), dtype=np.bool_)
+    is_open[[graph.source, graph.target, *kept]] = False
+    segments = _segment_arrays(len(graph), graph.edges, is_open)
     sizes = graph.sizes
-    largest = max((float(sizes[list(s)].sum()) for s in segments), default=0.0)
+    largest = max((float(sizes[s].sum()) for s in segments), default=0.0)
     stored = float(sizes[kept].sum()) if kept else 0.0
-    recomputed = [v for s in segments for v in s]
-    recompute = float(graph.costs[recomputed].sum()) if recomputed else 0.0
+    recompute = float(graph.costs[np.concatenate(segments)].sum()) if segments else 0.0
     return stored + largest, largest, recompute
 
 
