@@ -12,6 +12,11 @@ made every static cost zero there. :func:`lowered_costs` therefore uses:
    On the H100 it was within 0.2% of the compiled program's flops for a dense layer's
    gradient (``benchmarks/gpu_logs/env.log``).
 
+The count also stands in for lowering at a layer's later input shapes, scaled from the first
+shape's lowering (:mod:`jaxremat.sequence.calibration`); :func:`count_terms` gives it term by
+term, with what XLA's unoptimised analysis counts differently (data movement, transposes,
+checkpoint barriers) counted XLA's way.
+
 (Lowering for the CPU instead, ``Traced.lower(lowering_platforms=("cpu",))``, was tried: on
 the GPU machine its ``cost_analysis()`` is ``None`` too.) :data:`LAST_SOURCE` says which
 answered last (benchmarks print it).
@@ -56,18 +61,12 @@ _NO_FLOPS = frozenset({
 _NO_BYTES = frozenset({"transpose"})
 
 
-def _operand_bytes(eqn: Any) -> list[float]:
-    """The bytes terms of one equation: each operand and result (the comment above)."""
-    free = eqn.primitive.name in _NO_BYTES
-    return [0.0 if free else float(aval_nbytes(v.aval)) for v in (*eqn.invars, *eqn.outvars)
-            if isinstance(v, Var) or hasattr(v, "aval")]
-
-
 def _terms(jaxpr: Jaxpr, skip: frozenset, flops: list, bytes_accessed: list,
            structure: list) -> None:
     """Append the count's terms in program order: per equation its flops, per operand and
-    result its bytes; ``structure`` gets each equation's primitive name (call bodies are
-    entered). Equations whose results are all in ``skip`` are left out."""
+    result its bytes; ``structure`` gets each equation's primitive name with its operands'
+    and results' ranks and dtypes (call bodies are entered). Equations whose results are all
+    in ``skip`` are left out."""
     for eqn in jaxpr.eqns:
         if skip and all(v in skip for v in eqn.outvars):
             continue
@@ -82,16 +81,20 @@ def _terms(jaxpr: Jaxpr, skip: frozenset, flops: list, bytes_accessed: list,
             _terms(body, frozenset(), flops, bytes_accessed, structure)
             continue
         name = eqn.primitive.name
-        structure.append(name)
+        avals = [v.aval for v in (*eqn.invars, *eqn.outvars) if hasattr(v, "aval")]
+        structure.append((name, tuple((len(getattr(a, "shape", ())), getattr(a, "dtype", None))
+                                      for a in avals)))
         flops.append(0.0 if name in _NO_FLOPS else float(equation_flops(eqn)))
-        bytes_accessed.extend(_operand_bytes(eqn))
+        free = name in _NO_BYTES
+        bytes_accessed.extend(0.0 if free else float(aval_nbytes(a)) for a in avals)
 
 
 @dataclasses.dataclass(frozen=True)
 class CountTerms:
     """The terms of a jaxpr's count (:func:`count_terms`), in program order: ``flops`` one
     per equation, ``bytes`` one per operand and result; ``structure`` a hash of the
-    equations' primitives (two traces of one function at two shapes have the same)."""
+    equations' primitives and their operands' and results' ranks and dtypes (two traces of
+    one function at two batch sizes have the same)."""
 
     flops: np.ndarray
     bytes: np.ndarray
@@ -110,7 +113,7 @@ def count_terms(closed: ClosedJaxpr, skip_outputs: int = 0) -> CountTerms:
     skip = outvars[len(outvars) - skip_outputs:] if skip_outputs else ()
     flops: list[float] = []
     bytes_accessed: list[float] = []
-    structure: list[str] = []
+    structure: list[Any] = []
     _terms(live.jaxpr, frozenset(v for v in skip if isinstance(v, Var)), flops, bytes_accessed,
            structure)
     return CountTerms(np.asarray(flops), np.asarray(bytes_accessed),
