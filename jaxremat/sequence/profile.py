@@ -67,7 +67,8 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   ``jax.jit(...).lower(...).cost_analysis()`` (lowered for the CPU on backends that give
   none before compiling, e.g. GPU: :mod:`jaxremat.measure.costs`): ``max(flops / PEAK_FLOPS,
   bytes_accessed / PEAK_BANDWIDTH)`` seconds, the backward lowered from the pullback on the
-  residuals. With ``costs="flops"``, the flop term alone, ``flops / PEAK_FLOPS``: the
+  residuals (at a later input shape of the same layer: counted on the jaxpr and scaled from
+  the first shape's lowering, :mod:`jaxremat.sequence.calibration`). With ``costs="flops"``, the flop term alone, ``flops / PEAK_FLOPS``: the
   bytes XLA counts before fusing are those of every unfused operation, so on layers of
   modest width (a GPT block of width 128) the roofline is bandwidth-bound and ranks plans
   by traffic that fusion removes; ``"flops"`` plans for the least recomputed flops instead.
