@@ -144,7 +144,9 @@ def test_profile_cache_tells_a_new_function_from_a_reused_id(monkeypatch):
     for _ in range(3):  # each lambda is new (ids may be reused once the last one dies)
         profile_sequence([lambda w, h: jnp.sin(h @ w)], params, x, policies=())
     assert len(calls) == 3
-    for ref, profile, output in profile_cache()._data.values():
+    for key, (ref, profile, output) in profile_cache()._data.items():
+        if key[0] == "calibration":  # the lowered and counted costs of a layer's pieces
+            continue
         assert isinstance(profile.fwd_time, float) and profile.index == 0
         assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(output))
 

@@ -3,7 +3,8 @@
 * :mod:`.meter` and :mod:`.liveness`: memory in program order (the meter that sees
   rematerialization on CPU, where XLA undoes it);
 * :mod:`.trace`: one layer's vjp, its tape and transients;
-* :mod:`.costs` and :mod:`.timing`: flops and bytes before XLA optimises, and measured time;
+* :mod:`.costs` and :mod:`.timing`: flops and bytes before XLA optimises (lowered, or
+  counted on a jaxpr term by term), and measured time;
 * :mod:`.dataflow`: the dataflow graph of a function, for the graph solver;
 * :mod:`.device`: how much memory a device leaves for activations;
 * :mod:`.offload`: whether a device can keep residuals in host memory, its bandwidth, and

@@ -12,6 +12,11 @@ made every static cost zero there. :func:`lowered_costs` therefore uses:
    On the H100 it was within 0.2% of the compiled program's flops for a dense layer's
    gradient (``benchmarks/gpu_logs/env.log``).
 
+The count also stands in for lowering at a layer's later input shapes, scaled from the first
+shape's lowering (:mod:`jaxremat.sequence.calibration`); :func:`count_terms` gives it term by
+term, with what XLA's unoptimised analysis counts differently (data movement, transposes,
+checkpoint barriers) counted XLA's way.
+
 (Lowering for the CPU instead, ``Traced.lower(lowering_platforms=("cpu",))``, was tried: on
 the GPU machine its ``cost_analysis()`` is ``None`` too.) :data:`LAST_SOURCE` says which
 answered last (benchmarks print it).
@@ -19,17 +24,19 @@ answered last (benchmarks print it).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
-from jax.extend.core import Jaxpr, Var
+import numpy as np
+from jax.extend.core import ClosedJaxpr, Jaxpr, Var
 
 from .dataflow import _body, equation_flops
 from ..jax_compat import lowered_cost_analysis
 from .meter import aval_nbytes
 from .trace import _dead_code_removed
 
-__all__ = ["jaxpr_costs", "lowered_costs"]
+__all__ = ["CountTerms", "count_jaxpr", "count_terms", "jaxpr_costs", "lowered_costs"]
 
 LAST_SOURCE: str | None = None
 """Which way :func:`lowered_costs` answered last: "lowered" or "jaxpr"."""
@@ -41,18 +48,76 @@ def _abstract(leaf: Any) -> Any:
     return leaf
 
 
-def _count(jaxpr: Jaxpr) -> tuple[float, float]:
-    flops = bytes_accessed = 0.0
+# What XLA's unoptimised cost analysis counts differently from one flop per output element
+# and every operand's and result's bytes, as lowered by JAX (checked on GPT-2, MLP and conv
+# layers, tests/test_calibration.py): data movement costs no flops; JAX lowers a transpose
+# with a layout that makes it a bitcast, which accesses no bytes (a GPT-2 block's
+# weight-gradient transposes are 1.57 MB of its pullback's count, none of XLA's).
+_NO_FLOPS = frozenset({
+    "broadcast_in_dim", "iota", "reshape", "transpose", "squeeze", "expand_dims", "slice",
+    "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "split", "copy", "copy_p",
+    "rev", "select_and_gather_add",
+})
+_NO_BYTES = frozenset({"transpose"})
+
+
+def _terms(jaxpr: Jaxpr, skip: frozenset, flops: list, bytes_accessed: list,
+           structure: list) -> None:
+    """Append the count's terms in program order: per equation its flops, per operand and
+    result its bytes; ``structure`` gets each equation's primitive name with its operands'
+    and results' ranks and dtypes (call bodies are entered). Equations whose results are all
+    in ``skip`` are left out."""
     for eqn in jaxpr.eqns:
+        if skip and all(v in skip for v in eqn.outvars):
+            continue
         body = _body(eqn)
         if body is not None:
-            inner = _count(body)
-            flops, bytes_accessed = flops + inner[0], bytes_accessed + inner[1]
+            if eqn.params.get("differentiated") and eqn.params.get("prevent_cse"):
+                # a checkpoint's recomputation: JAX lowers an optimization barrier over its
+                # operands, whose bytes XLA counts (the weights' too)
+                structure.append("optimization_barrier")
+                bytes_accessed.extend(float(aval_nbytes(v.aval)) for v in eqn.invars
+                                      if hasattr(v, "aval"))
+            _terms(body, frozenset(), flops, bytes_accessed, structure)
             continue
-        flops += equation_flops(eqn)
-        bytes_accessed += sum(aval_nbytes(v.aval) for v in (*eqn.invars, *eqn.outvars)
-                              if isinstance(v, Var) or hasattr(v, "aval"))
-    return flops, bytes_accessed
+        name = eqn.primitive.name
+        avals = [v.aval for v in (*eqn.invars, *eqn.outvars) if hasattr(v, "aval")]
+        structure.append((name, tuple((len(getattr(a, "shape", ())), getattr(a, "dtype", None))
+                                      for a in avals)))
+        flops.append(0.0 if name in _NO_FLOPS else float(equation_flops(eqn)))
+        free = name in _NO_BYTES
+        bytes_accessed.extend(0.0 if free else float(aval_nbytes(a)) for a in avals)
+
+
+@dataclasses.dataclass(frozen=True)
+class CountTerms:
+    """The terms of a jaxpr's count (:func:`count_terms`), in program order: ``flops`` one
+    per equation, ``bytes`` one per operand and result; ``structure`` a hash of the
+    equations' primitives and their operands' and results' ranks and dtypes (two traces of
+    one function at two batch sizes have the same)."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    structure: int
+
+    @property
+    def totals(self) -> tuple[float, float]:
+        """``(flops, bytes accessed)``: :func:`count_jaxpr`."""
+        return float(self.flops.sum()), float(self.bytes.sum())
+
+
+def count_terms(closed: ClosedJaxpr, skip_outputs: int = 0) -> CountTerms:
+    """The terms of :func:`count_jaxpr`'s count, one by one (:class:`CountTerms`)."""
+    live = _dead_code_removed(closed, [True] * len(closed.jaxpr.outvars))
+    outvars = live.jaxpr.outvars
+    skip = outvars[len(outvars) - skip_outputs:] if skip_outputs else ()
+    flops: list[float] = []
+    bytes_accessed: list[float] = []
+    structure: list[Any] = []
+    _terms(live.jaxpr, frozenset(v for v in skip if isinstance(v, Var)), flops, bytes_accessed,
+           structure)
+    return CountTerms(np.asarray(flops), np.asarray(bytes_accessed),
+                      hash((tuple(structure), len(bytes_accessed))))
 
 
 def jaxpr_costs(fn: Callable, *args: Any) -> dict[str, float]:
@@ -60,11 +125,15 @@ def jaxpr_costs(fn: Callable, *args: Any) -> dict[str, float]:
     ``{"flops": ..., "bytes accessed": ...}``. Dead code is removed first, as ``jit`` does;
     call bodies (``jit``, ``checkpoint``,
     ``custom_vjp``...) are counted once per call, so recomputation is included."""
-    closed = jax.make_jaxpr(fn)(*jax.tree.map(_abstract, args))
-    # what jit lowers: dead code (a gradient's unused primal outputs) is not computed
-    live = _dead_code_removed(closed, [True] * len(closed.jaxpr.outvars))
-    flops, bytes_accessed = _count(live.jaxpr)
+    flops, bytes_accessed = count_jaxpr(jax.make_jaxpr(fn)(*jax.tree.map(_abstract, args)))
     return {"flops": flops, "bytes accessed": bytes_accessed}
+
+
+def count_jaxpr(closed: ClosedJaxpr, skip_outputs: int = 0) -> tuple[float, float]:
+    """``(flops, bytes accessed)`` of a closed jaxpr as :func:`jaxpr_costs` counts them, with
+    dead code removed first (what ``jit`` lowers); the equations whose results are all among
+    the last ``skip_outputs`` outputs are left out. Traces nothing."""
+    return count_terms(closed, skip_outputs).totals
 
 
 def lowered_costs(fn: Callable, *args: Any) -> dict[str, float]:

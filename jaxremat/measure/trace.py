@@ -25,7 +25,8 @@ from .liveness import device_nbytes
 from .meter import aval_nbytes, inputs_read, program_memory
 from ..trees import cotangent_struct, tree_bytes
 
-__all__ = ["TracedLayer", "trace_layer", "tape_forward", "tape_signature", "transients"]
+__all__ = ["TracedLayer", "trace_layer", "trace_once", "tape_forward", "tape_jaxpr",
+           "tape_signature", "transients"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,9 +186,7 @@ def tape_forward(traced: "TracedLayer", *, with_output: bool = False
     runs for a layer that keeps its tape (``F_all``), which computes the derivative factors
     the pullback reads (gelu's, tanh's ``1 - y**2``) on top of the plain forward.
     """
-    num_out = len(jax.tree.leaves(traced.output))
-    run = jaxpr_as_fun(_dead_code_removed(traced.forward,
-                                          [with_output] * num_out + list(traced.residual_used)))
+    run = jaxpr_as_fun(tape_jaxpr(traced, with_output=with_output))
 
     def forward(p: Any, x: Any) -> list[Any]:
         return run(*jax.tree.leaves((p, x)))
@@ -195,11 +194,18 @@ def tape_forward(traced: "TracedLayer", *, with_output: bool = False
     return forward
 
 
+def tape_jaxpr(traced: "TracedLayer", *, with_output: bool = False) -> ClosedJaxpr:
+    """The jaxpr of :func:`tape_forward` (``with_output`` likewise): the vjp forward with
+    dead code removed, keeping the read residuals (and the output)."""
+    num_out = len(jax.tree.leaves(traced.output))
+    return _dead_code_removed(traced.forward, [with_output] * num_out + list(traced.residual_used))
+
+
 def transients(traced: "TracedLayer", num_params: int, input_bytes: int) -> tuple[int, int]:
     """``(fwd_tmp, bwd_tmp)`` of a traced layer, as defined in :mod:`jaxremat.sequence.profile`."""
     forward = traced.forward.jaxpr
     num_out = len(jax.tree.leaves(traced.output))
-    live_forward = _dead_code_removed(traced.forward, [True] * num_out + list(traced.residual_used))
+    live_forward = tape_jaxpr(traced, with_output=True)
     fwd_peak = program_memory(live_forward, exclude_inputs=range(num_params), count_outputs=True)
     fwd_tmp = max(0, int(fwd_peak) - input_bytes - traced.tape_bytes)
 
@@ -237,6 +243,29 @@ def _pullback_for_memory(pullback: Callable) -> Callable:
         return grad_params, sink
 
     return wrapped
+
+
+def trace_once(layer: Callable, p: Any, x: Any, index: int
+               ) -> tuple[Callable[[Any, Any], Any], ClosedJaxpr]:
+    """``layer`` traced once on abstract ``p`` and ``x``: a function ``(p, x) -> y`` that
+    evaluates the traced jaxpr instead of the layer's Python (``jax.vjp``, ``jax.checkpoint``
+    and ``jax.jit`` of it build the same programs as of ``layer``, without tracing the
+    layer again: Flax modules and ``jax.numpy`` code are slow to trace), and the jaxpr.
+
+    Raises ``ValueError``/``TypeError`` naming ``index``, as :func:`trace_layer`.
+    """
+    try:
+        closed, output = jax.make_jaxpr(layer, return_shape=True)(p, x)
+    except Exception as error:  # noqa: BLE001 - re-raised naming the layer
+        raise _layer_error(index, x, error) from error
+    treedef = jax.tree.structure(output)
+    run = jaxpr_as_fun(closed)
+
+    def replay(p: Any, x: Any) -> Any:
+        return jax.tree.unflatten(treedef, run(*jax.tree.leaves((p, x))))
+
+    replay.__name__ = getattr(layer, "__name__", "layer")
+    return replay, closed
 
 
 def trace_layer(

@@ -14,8 +14,10 @@ import jax
 
 from solver import Chain
 
-from ..measure.costs import lowered_costs
-from ..measure.trace import TracedLayer, tape_forward, transients
+from jax.extend.core import ClosedJaxpr
+
+from ..measure.trace import TracedLayer, tape_forward, tape_jaxpr, transients
+from .calibration import CostMeter
 from ..trees import tree_bytes
 
 PEAK_FLOPS = 50e12
@@ -138,33 +140,38 @@ class Profile:
     costs: str
 
 
-def _flops_and_bytes(fn: Callable, *args: Any) -> tuple[float, float]:
-    """``cost_analysis()`` flops and bytes accessed of ``jax.jit(fn)`` lowered on ``args``
-    (for the CPU where the default backend gives none: :func:`jaxremat.measure.costs.lowered_costs`)."""
-    analysis = lowered_costs(fn, *args)
-    return analysis["flops"], analysis.get("bytes accessed", 0.0)
-
-
-def forward_costs(layer: Callable, p: Any, x: Any) -> tuple[float, float]:
-    """``cost_analysis()`` flops and bytes accessed of the layer's plain forward. Shared by
+def forward_costs(layer: Callable, p: Any, x: Any, meter: CostMeter | None = None,
+                  jaxpr: ClosedJaxpr | None = None) -> tuple[float, float]:
+    """``cost_analysis()`` flops and bytes accessed of the layer's plain forward (lowered for
+    the CPU where the default backend gives none: :func:`jaxremat.measure.costs.lowered_costs`;
+    scaled from a count on ``jaxpr``, ``jax.make_jaxpr(layer)(p, x)``, where ``meter`` has a
+    calibration: :mod:`jaxremat.sequence.calibration`). Shared by
     the layer's options: ``jax.checkpoint(layer, policy=...)`` run without differentiation
     lowers to the layer's own operations (JAX inlines an undifferentiated ``remat`` and adds
     its optimisation barrier only when differentiated), so its counts are the same
     (tests/test_profile_options.py checks it)."""
-    return _flops_and_bytes(layer, p, x)
+    return (meter or CostMeter()).costs("forward", layer, (p, x), jaxpr)
 
 
 def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str,
-             repeats: int, forward: tuple[float, float] | None = None) -> dict[str, Any]:
+                repeats: int, forward: tuple[float, float] | None = None,
+                meter: CostMeter | None = None, option: str = "everything") -> dict[str, Any]:
     """Times, flops and transients of one traced layer (module docstring); ``forward``: the
-    plain forward's :func:`forward_costs` when known (a layer's options share it)."""
-    fwd_flops, fwd_bytes = forward if forward is not None else forward_costs(layer, p, x)
-    tape_flops, tape_bytes = _flops_and_bytes(tape_forward(traced), p, x)
-    bwd_flops, bwd_bytes = _flops_and_bytes(traced.pullback, list(traced.residuals), traced.cotangent)
+    plain forward's :func:`forward_costs` when known (a layer's options share it);
+    ``meter``: where the static costs of the pieces come from
+    (:mod:`jaxremat.sequence.calibration`; default: lowered), ``option`` names them there."""
+    meter = meter or CostMeter()
+    fwd_flops, fwd_bytes = forward if forward is not None else forward_costs(layer, p, x, meter)
+    tape_flops, tape_bytes = meter.costs(f"{option}:tape", tape_forward(traced), (p, x),
+                                         tape_jaxpr(traced))
+    bwd_flops, bwd_bytes = meter.costs(
+        f"{option}:backward", traced.pullback, (list(traced.residuals), traced.cotangent),
+        traced.backward, skip_outputs=len(traced.backward.jaxpr.outvars) - len(jax.tree.leaves(p)))
     # The derivative factors: what the vjp forward (F_all) computes beyond the plain forward
     # (F_ck, F_none). Charged to the backward, which only runs after an F_all, and taken
     # out of the tape-only forward, which computes them too (module docstring).
-    vjp_flops, vjp_bytes = _flops_and_bytes(tape_forward(traced, with_output=True), p, x)
+    vjp_flops, vjp_bytes = meter.costs(f"{option}:vjp", tape_forward(traced, with_output=True),
+                                       (p, x), tape_jaxpr(traced, with_output=True))
     factor_flops, factor_bytes = max(0.0, vjp_flops - fwd_flops), max(0.0, vjp_bytes - fwd_bytes)
     bwd_flops, bwd_bytes = bwd_flops + factor_flops, bwd_bytes + factor_bytes
     tape_flops = max(0.0, tape_flops - factor_flops)

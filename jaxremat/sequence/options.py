@@ -32,6 +32,7 @@ from solver.chain.options import LayerOptions
 
 from ..measure import offload
 from ..measure.trace import TracedLayer, tape_signature, trace_layer
+from .calibration import CostMeter
 from .layer import LayerProfile, OptionProfile, layer_costs
 from .policies import PolicyOption, layer_menu, marked_names
 
@@ -58,13 +59,16 @@ def option_aliases(dropped: Sequence[tuple[str, str]]) -> dict[str, str]:
 
 def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyOption,
                     base: LayerProfile, costs: str, repeats: int, input_grad: bool,
-                    forward: tuple[float, float] | None = None) -> tuple[OptionProfile, tuple]:
+                    forward: tuple[float, float] | None = None, meter: CostMeter | None = None,
+                    ) -> tuple[OptionProfile, tuple]:
     """Profile ``layer`` under ``option``'s policy; also return its tape's signature.
     ``forward``: the layer's plain forward costs (:func:`jaxremat.sequence.layer.forward_costs`,
-    the same with the policy applied), lowered once for all options."""
+    the same with the policy applied), lowered once for all options; ``meter``: the static
+    costs' source (:mod:`jaxremat.sequence.calibration`)."""
     saved = jax.checkpoint(layer, policy=option.policy, prevent_cse=True)
     traced = trace_layer(saved, p, x, index, input_grad=input_grad)
-    found = layer_costs(saved, p, x, traced, costs, repeats, forward=forward)
+    found = layer_costs(saved, p, x, traced, costs, repeats, forward=forward, meter=meter,
+                        option=option.name)
     found = OptionProfile(
         name=option.name, policy=option.policy, tape_bytes=found["tape_bytes"],
         fwd_tmp=found["fwd_tmp"], bwd_tmp=found["bwd_tmp"], fwd_time=base.fwd_time,
@@ -99,10 +103,11 @@ def _backward_floor(base: LayerProfile, bwd_flops: float, costs: str) -> float:
 
 def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: TracedLayer,
                    menu: tuple, costs: str, repeats: int, input_grad: bool,
-                   forward: tuple[float, float] | None = None,
+                   forward: tuple[float, float] | None = None, meter: CostMeter | None = None,
                    ) -> tuple[tuple[OptionProfile, ...], tuple]:
     """The layer's options k >= 1 after merging, and ``(name, reason)`` of those dropped;
-    ``forward``: the layer's plain forward costs, if already lowered."""
+    ``forward``: the layer's plain forward costs, if already lowered; ``meter``: the static
+    costs' source (:mod:`jaxremat.sequence.calibration`)."""
     options: list[OptionProfile] = []
     dropped: list[tuple[str, str]] = []
     seen = {(tape_signature(traced), base.bwd_flops, base.fwd_tape_flops, base.fwd_tmp,
@@ -114,7 +119,7 @@ def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: T
             continue
         try:
             found, key = _profile_option(layer, p, x, base.index, option, base, costs, repeats,
-                                         input_grad, forward)
+                                         input_grad, forward, meter)
         except Exception as error:  # noqa: BLE001 - JAX rejected the policy on this layer
             cause = error.__cause__ or error  # trace_layer names the layer; the plan does
             dropped.append((option.name, f"rejected: {type(cause).__name__}: {cause}"[:300]))

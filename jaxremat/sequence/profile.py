@@ -67,7 +67,8 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   ``jax.jit(...).lower(...).cost_analysis()`` (lowered for the CPU on backends that give
   none before compiling, e.g. GPU: :mod:`jaxremat.measure.costs`): ``max(flops / PEAK_FLOPS,
   bytes_accessed / PEAK_BANDWIDTH)`` seconds, the backward lowered from the pullback on the
-  residuals. With ``costs="flops"``, the flop term alone, ``flops / PEAK_FLOPS``: the
+  residuals (at a later input shape of the same layer: counted on the jaxpr and scaled from
+  the first shape's lowering, :mod:`jaxremat.sequence.calibration`). With ``costs="flops"``, the flop term alone, ``flops / PEAK_FLOPS``: the
   bytes XLA counts before fusing are those of every unfused operation, so on layers of
   modest width (a GPT block of width 128) the roofline is bandwidth-bound and ranks plans
   by traffic that fusion removes; ``"flops"`` plans for the least recomputed flops instead.
@@ -116,10 +117,11 @@ from solver import Chain
 
 from ..lru import LRU
 from ..measure.offload import offload_key
-from ..measure.trace import trace_layer
+from ..measure.trace import trace_layer, trace_once
 from ..trees import abstractify, check_layers, check_params, leaf_bytes, signature, tree_bytes
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
                     forward_costs, layer_costs, roofline_time)
+from .calibration import CostMeter, meter_for
 from .options import layer_options, with_options
 from .policies import OFFLOAD_POLICIES, check_policies
 
@@ -142,16 +144,29 @@ _PROFILES = LRU(PROFILE_CACHE_SIZE)
 
 def _profile_one(
     layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool,
-    menu: tuple = (),
+    menu: tuple = (), meter: CostMeter | None = None,
 ) -> tuple[LayerProfile, Any]:
+    """Profile one layer; ``meter`` gives the static costs of its pieces, scaled from an
+    earlier shape's calibration where it has one (:mod:`jaxremat.sequence.calibration`).
+    At such a shape the layer is traced once (:func:`jaxremat.measure.trace.trace_once`) and
+    its options' vjps are built from that jaxpr; at the first shape every trace is of the
+    layer itself (a jaxpr's replay differs in how scalar constants are held, which moves
+    backward costs by a few bytes and may flip ties between equal plans)."""
+    meter = meter or meter_for(None, costs)
+    plain = None
+    if meter.reference is not None:  # a new shape: the user's Python runs once
+        layer, plain = trace_once(layer, p, x, index)
     traced = trace_layer(layer, p, x, index, input_grad=input_grad)
-    forward = forward_costs(layer, p, x)  # lowered once, for the layer and all its options
+    if plain is None and meter.scale:  # the first shape: traced from the layer itself
+        plain = jax.make_jaxpr(layer)(p, x)
+    forward = forward_costs(layer, p, x, meter, plain)  # once, for the layer and its options
     profile = LayerProfile(index=index, input_bytes=tree_bytes(x),
                            output_bytes=tree_bytes(traced.output),
-                           **layer_costs(layer, p, x, traced, costs, repeats, forward))
+                           **layer_costs(layer, p, x, traced, costs, repeats, forward,
+                                         meter=meter))
     if menu:
         options, dropped = layer_options(layer, p, x, profile, traced, menu, costs, repeats,
-                                          input_grad, forward)
+                                          input_grad, forward, meter)
         profile = dataclasses.replace(profile, options=options, dropped=dropped)
     return profile, traced.output
 
@@ -165,8 +180,12 @@ def profile_cache() -> LRU:
     :class:`LayerProfile` (with index 0), the output's ``ShapeDtypeStruct`` tree, and a weak
     reference to the layer that tells a reused ``id`` from the same function (no traced
     program, no closure over arrays). Identical blocks, and the same layers in a new
-    :class:`jaxremat.RematSequence`, are profiled once. ``profile_cache().clear()`` forgets
-    them (e.g. after redefining a layer's behaviour through global state).
+    :class:`jaxremat.RematSequence`, are profiled once. Entries whose key starts with
+    ``"calibration"`` hold, per layer and input structure (shapes left out), the lowered and
+    counted costs of its pieces at the first shape profiled, from which later shapes scale
+    their counts instead of lowering (:mod:`jaxremat.sequence.calibration`).
+    ``profile_cache().clear()`` forgets them all (e.g. after redefining a layer's behaviour
+    through global state).
     """
     return _PROFILES
 
@@ -180,19 +199,42 @@ def _cache_key(layer: Callable, p: Any, x: Any, input_grad: bool, costs: str, me
             repeats if costs == "measured" else 0)
 
 
-def _cached(key: tuple, layer: Callable) -> tuple[LayerProfile, Any] | None:
+def _calibration_key(key: tuple) -> tuple:
+    """The key of a layer's cost calibration (:mod:`jaxremat.sequence.calibration`): the
+    profile's key with the input's shapes left out (its structure and dtypes kept)."""
+    treedef, leaves = key[2]
+    return ("calibration", key[0], key[1],
+            (treedef, tuple((len(leaf[0]),) + leaf[1:] for leaf in leaves)), *key[3:])
+
+
+def _cached(key: tuple, layer: Callable) -> tuple[Any, Any] | None:
     found = _PROFILES.get(key)
     if found is None or found[0]() is not layer:  # a dead function's id, reused
         return None
     return found[1], found[2]
 
 
-def _remember(key: tuple, layer: Callable, profile: LayerProfile, output: Any) -> None:
+def _remember(key: tuple, layer: Callable, value: Any, output: Any) -> None:
     try:
         ref = weakref.ref(layer)
     except TypeError:  # no weak references (e.g. some builtins): do not keep it across calls
         return
-    _PROFILES.put(key, (ref, dataclasses.replace(profile, index=0), output))
+    if isinstance(value, LayerProfile):
+        value = dataclasses.replace(value, index=0)
+    _PROFILES.put(key, (ref, value, output))
+
+
+def _profile_new(layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int,
+                 input_grad: bool, menu: tuple, key: tuple) -> tuple[LayerProfile, Any]:
+    """Profile a layer the cache does not hold, with the calibration of an earlier shape of
+    it when there is one, and keep the calibration for later shapes."""
+    calibration_key = _calibration_key(key)
+    reference = _cached(calibration_key, layer)
+    meter = meter_for(reference[0] if reference else None, costs)
+    found = _profile_one(layer, p, x, index, costs, repeats, input_grad, menu, meter)
+    if meter.scale and (reference is None or meter.found):
+        _remember(calibration_key, layer, meter.calibration(), None)
+    return found
 
 
 def profile_sequence(
@@ -254,8 +296,8 @@ def profile_sequence(
                          repeats)
         hit = memo.get(key) or _cached(key, layers[i])
         if hit is None:
-            hit = _profile_one(layers[i], abstract_params[i], current, i, costs, repeats,
-                               needs_input_grad, menu)
+            hit = _profile_new(layers[i], abstract_params[i], current, i, costs, repeats,
+                               needs_input_grad, menu, key)
             _remember(key, layers[i], *hit)
         memo[key] = hit
         found, output = hit

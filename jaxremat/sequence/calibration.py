@@ -1,0 +1,116 @@
+"""Static costs of a layer's pieces at a new input shape without lowering them (issue 18.4).
+
+A layer's profile needs ``cost_analysis()`` flops and bytes accessed of up to ``1 + 3 *
+options`` programs (its plain forward; per option the tape-only forward, the vjp forward and
+the pullback: :func:`jaxremat.sequence.layer.layer_costs`). Lowering each to XLA took most
+of a profile's time (about 0.7 s of 1.0 s for a GPT-2 block's two profiles at a new batch
+size), while counting the same program on its jaxpr (:func:`jaxremat.measure.costs.count_terms`)
+takes milliseconds and traces nothing.
+
+The count is not XLA's: it agrees on flops to 0.5% but misses what lowering adds (scalars
+broadcast to full arrays, ``integer_pow`` expanded, implicit broadcasts as reshape +
+broadcast pairs), so its bytes are 10-45% below XLA's on a GPT-2 block, and a plain
+lowered/counted ratio moves by up to 2% between batch sizes (the weights' bytes do not scale
+with the batch, the activations' do). A :class:`CostMeter` therefore lowers and counts each
+piece at the first shape of a layer (the *calibration*, kept in the profile cache); at a
+later shape of the same layer (same function, parameters, input structure, ranks and
+dtypes, cost model and menu) whose jaxpr has the same equations, it counts the piece term
+by term (flops per equation, bytes per operand and result) and splits the terms into
+*fixed* (equal at both shapes: weights, masks) and *scaling* ones. Per field:
+
+    lowered(new) = F + (lowered(old) - F) * S(new) / S(old)
+
+with ``F`` the fixed terms' sum and ``S`` the scaling terms'. It is exact when XLA counts the
+fixed terms as the jaxpr does and its scaling terms grow by one common factor, as all
+activations do with the batch size; with the sequence length (attention is quadratic) it
+is an approximation. A piece the calibration lacks, or whose equations differ (a branch on
+a shape), is lowered. Error measured in benchmarks/RESULTS.md ("Issue 18.4"). Measured
+costs (``costs="measured"``) always lower: their flops only bound the timed backward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping
+
+import numpy as np
+from jax.extend.core import ClosedJaxpr
+
+from ..measure.costs import CountTerms, count_terms, lowered_costs
+
+__all__ = ["Calibration", "CostMeter", "meter_for", "scaled_costs"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """One piece at the calibration shape: ``(flops, bytes accessed)`` as lowered
+    (``cost_analysis()``), and the terms of its count on the jaxpr."""
+
+    lowered: tuple[float, float]
+    counted: CountTerms
+
+
+def _scaled(new: np.ndarray, old: np.ndarray, lowered: float) -> float:
+    """``lowered`` (at the old shape) carried to the new one (module docstring)."""
+    fixed = new == old
+    kept = float(old[fixed].sum())
+    scaling_old = float(old[~fixed].sum())
+    if scaling_old == 0:  # nothing changed size (or only zero terms)
+        return lowered + float(new[~fixed].sum())
+    return kept + (lowered - kept) * float(new[~fixed].sum()) / scaling_old
+
+
+def scaled_costs(counted: CountTerms, reference: Calibration) -> tuple[float, float] | None:
+    """``(flops, bytes accessed)`` at a new shape from its count and the calibration's, or
+    ``None`` when the two jaxprs differ in their equations."""
+    old = reference.counted
+    if counted.structure != old.structure or len(counted.bytes) != len(old.bytes):
+        return None
+    return (_scaled(counted.flops, old.flops, reference.lowered[0]),
+            _scaled(counted.bytes, old.bytes, reference.lowered[1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class CostMeter:
+    """Costs of one layer profile's pieces (module docstring).
+
+    Attributes:
+      reference: the calibration of an earlier shape of the same layer, by piece name
+        (``None``: lower every piece).
+      found: the pieces this profile lowered, filled in as it goes (a calibration for later
+        shapes).
+      scale: whether to count and scale at all (``False`` for measured costs).
+    """
+
+    reference: Mapping[str, Calibration] | None = None
+    found: dict[str, Calibration] = dataclasses.field(default_factory=dict)
+    scale: bool = True
+
+    def costs(self, piece: str, fn: Callable, args: tuple, jaxpr: ClosedJaxpr | None,
+              skip_outputs: int = 0) -> tuple[float, float]:
+        """``(flops, bytes accessed)`` of ``fn(*args)``, whose jaxpr is ``jaxpr`` (its last
+        ``skip_outputs`` outputs are not ``fn``'s: :func:`count_terms`); ``piece`` names it
+        within the layer (e.g. ``"dots:backward"``)."""
+        if not self.scale or jaxpr is None:
+            found = lowered_costs(fn, *args)
+            return found["flops"], found["bytes accessed"]
+        counted = count_terms(jaxpr, skip_outputs)
+        reference = (self.reference or {}).get(piece)
+        if reference is not None:
+            scaled = scaled_costs(counted, reference)
+            if scaled is not None:
+                return scaled
+        found = lowered_costs(fn, *args)
+        lowered = (found["flops"], found["bytes accessed"])
+        self.found[piece] = Calibration(lowered, counted)
+        return lowered
+
+    def calibration(self) -> dict[str, Calibration]:
+        """The pieces to keep for later shapes: the reference's, and those lowered now that
+        it lacks (a piece lowered because its equations differ keeps the reference's)."""
+        return {**self.found, **(self.reference or {})}
+
+
+def meter_for(reference: Mapping[str, Calibration] | None, costs: str) -> CostMeter:
+    """A :class:`CostMeter` for a profile with ``costs`` (``"measured"``: lower everything)."""
+    return CostMeter(reference=reference, scale=costs != "measured")

@@ -1,0 +1,128 @@
+"""Re-profiling a layer at a new input shape (issue 18.4, jaxremat.sequence.calibration):
+static costs scaled from the first shape's lowering agree with lowering at the new shape,
+the layer's Python is traced once per new shape, and nothing is lowered."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxremat import remat_sequence
+from jaxremat.sequence import calibration
+from jaxremat.sequence.profile import profile_cache, profile_sequence
+
+D, T = 16, 8
+TOLERANCE = 5e-3  # measured worst on these layers and benchmarks/policies.py's: 2.8e-3
+
+
+def mlp_block(p, x):
+    """Pre-norm residual MLP (layer norm with jnp.var, gelu)."""
+    h = (x - jnp.mean(x, -1, keepdims=True)) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
+    return x + jax.nn.gelu(h * p["g"] + p["b1"]) @ p["w1"] @ p["w2"]
+
+
+def attention_block(p, x):
+    """Causal self-attention with a residual (a mask that does not grow with the batch)."""
+    q, k, v = jnp.split(x @ p["qkv"], 3, axis=-1)
+    scores = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(D)
+    scores = jnp.where(jnp.tril(jnp.ones((x.shape[1],) * 2, bool)), scores, -1e9)
+    out = jnp.einsum("bts,bsd->btd", jax.nn.softmax(scores, axis=-1), v)
+    return x + jnp.tanh(out @ p["o"])
+
+
+def conv_block(p, x):
+    """A residual 3x3 convolution (NHWC)."""
+    y = jax.lax.conv_general_dilated(x, p["k"], (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return x + jax.nn.relu(y + p["b"])
+
+
+def _case(name):
+    keys = iter(jax.random.split(jax.random.key(0), 8))
+    normal = lambda *shape: jax.random.normal(next(keys), shape) / 4  # noqa: E731
+    if name == "mlp":
+        return mlp_block, {"g": normal(D), "b1": normal(D), "w1": normal(D, 4 * D),
+                           "w2": normal(4 * D, D)}, normal(8, T, D)
+    if name == "attention":
+        return attention_block, {"qkv": normal(D, 3 * D), "o": normal(D, D)}, normal(8, T, D)
+    return conv_block, {"k": normal(3, 3, 4, 4), "b": normal(4)}, normal(8, 6, 6, 4)
+
+
+NUMBERS = ("fwd_time", "bwd_time", "fwd_tape_time", "fwd_flops", "bwd_flops", "fwd_tape_flops")
+EXACT = ("tape_bytes", "fwd_tmp", "bwd_tmp", "output_in_tape", "input_bytes", "output_bytes")
+
+
+def _close(scaled, lowered, what, tolerance=TOLERANCE):
+    for field in (f for f in NUMBERS if hasattr(lowered, f)):
+        a, b = getattr(scaled, field), getattr(lowered, field)
+        assert a == pytest.approx(b, rel=tolerance), (what, field)
+    for field in (f for f in EXACT if hasattr(lowered, f)):
+        assert getattr(scaled, field) == getattr(lowered, field), (what, field)
+
+
+@pytest.mark.parametrize("name,costs", [("mlp", "static"), ("attention", "static"),
+                                        ("conv", "static"), ("attention", "flops")])
+def test_scaled_costs_agree_with_lowering_at_the_new_shape(name, costs, monkeypatch):
+    """Profiled at batch 8 then 4, every layer's and option's costs at batch 4 are those of a
+    fresh profile at batch 4 (lowered) within TOLERANCE, sizes exactly; nothing is lowered."""
+    layer, p, x = _case(name)
+    menu = ("dots", "dots_no_batch")
+    profile_sequence([layer], [p], x, costs=costs, policies=menu)
+    lowered = []
+    original = calibration.lowered_costs
+    monkeypatch.setattr(calibration, "lowered_costs",
+                        lambda *args: lowered.append(1) or original(*args))
+    scaled = profile_sequence([layer], [p], x[:4], costs=costs, policies=menu).layers[0]
+    assert not lowered
+    profile_cache().clear()
+    fresh = profile_sequence([layer], [p], x[:4], costs=costs, policies=menu).layers[0]
+    assert lowered
+    _close(scaled, fresh, "everything")
+    assert [o.name for o in scaled.options] == [o.name for o in fresh.options]
+    for a, b in zip(scaled.options, fresh.options):
+        _close(a, b, a.name)
+
+
+def test_new_shape_traces_each_layer_once(monkeypatch):
+    """A 6-layer stack re-planned at a new batch size runs the layer's Python once per
+    distinct profile (not once per option and piece)."""
+    from jaxremat.sequence import profile as profile_module
+
+    calls, profiles = [], []
+    original = profile_module._profile_one
+    monkeypatch.setattr(profile_module, "_profile_one",
+                        lambda *args: profiles.append(1) or original(*args))
+
+    def block(p, x):
+        calls.append(x.shape)
+        return mlp_block(p, x)
+
+    _, p, x = _case("mlp")
+    seq = remat_sequence([block] * 6, "50%")
+    seq.plan([p] * 6, x)
+    calls.clear()
+    profiles.clear()
+    seq.plan([p] * 6, x[:2])
+    assert profiles and 1 <= len(calls) <= len(profiles)  # make_jaxpr may reuse a trace
+    assert all(shape[0] == 2 for shape in calls)
+
+
+def test_a_shape_that_changes_the_program_is_lowered():
+    """A layer whose equations depend on the shape (a branch on it) is lowered at the new
+    shape where they differ: its costs are a fresh profile's (to 1e-4: the traced-once layer
+    holds scalar constants as literals, a few bytes apart), not the other branch's scaled."""
+    def branchy(p, x):
+        h = x @ p["w1"] @ p["w2"]
+        return x + (jnp.tanh(h) if x.shape[0] > 4 else jnp.sin(h) * 2)
+
+    _, p, x = _case("mlp")
+    profile_sequence([branchy], [p], x)
+    again = profile_sequence([branchy], [p], x[:4]).layers[0]
+    profile_cache().clear()
+    fresh = profile_sequence([branchy], [p], x[:4]).layers[0]
+    _close(again, fresh, "everything", tolerance=1e-4)
+    for a, b in zip(again.options, fresh.options, strict=True):
+        _close(a, b, a.name, tolerance=1e-4)
