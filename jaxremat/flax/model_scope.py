@@ -51,6 +51,7 @@ import solver
 from ..budget import format_bytes, resolve_budget
 from ..lru import LRU
 from ..sequence.options import option_aliases
+from ..sequence.plan import Plan
 from .meter import activation_memory
 
 __all__ = ["SCOPES", "ScopeNote", "record_calls", "current_call", "probe", "fit", "fit_step",
@@ -259,7 +260,10 @@ def _uniform_methods(plan: Any, low: float) -> list[str]:
     """The blocks' uniform option plans (``"uniform:<policy>"``: every block under one
     ``jax.checkpoint`` policy, :func:`solver.uniform_plans`) that differ from the baselines
     and predict a peak above ``low`` (Rotor's plan at ``low`` fits and is as fast as any
-    plan predicted to fit it)."""
+    plan predicted to fit it). None for a scanned stack: :func:`jaxremat.remat_scan`'s
+    family has those plans as members already."""
+    if not isinstance(plan, Plan):
+        return []
     aliases = [option_aliases(layer.dropped) for layer in plan.layers]
     plans = solver.uniform_plans(plan.chain, aliases)
     seen = {plans["none"], plans["every_layer"]}
