@@ -199,7 +199,10 @@ def remat_sequence(
         forward and backward passes, parameters and their gradients excluded.
       method: ``"rotor"`` (optimal persistent schedule, Rotor's dynamic program), or a
         baseline: ``"none"`` (store everything), ``"every_layer"`` (checkpoint each layer),
-        ``"sqrt"`` (Chen's sqrt(L) segments), ``"revolve"`` (binomial checkpointing).
+        ``"sqrt"`` (Chen's sqrt(L) segments), ``"revolve"`` (binomial checkpointing), or
+        ``"uniform:<policy>"`` (every layer under one policy of the menu, e.g.
+        ``"uniform:dots"``: what ``jax.checkpoint(layer, policy=dots_saveable)`` on every
+        layer does, for comparison).
       backend: ``"checkpoint"`` (nested ``jax.checkpoint``) or ``"custom_vjp"``
         (:mod:`jaxremat.sequence.apply`).
       costs: ``"static"`` (roofline from ``cost_analysis``), ``"flops"`` (its flop term
