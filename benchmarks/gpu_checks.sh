@@ -16,6 +16,7 @@
 #   bash benchmarks/gpu_checks.sh policies2  # policies.py gpt and conv, two fractions
 #   bash benchmarks/gpu_checks.sh envq       # versions and the device, no demo
 #   bash benchmarks/gpu_checks.sh policiesm  # policies.py gpt with costs measured and static (17.6)
+#   bash benchmarks/gpu_checks.sh models     # model_budget.py --large: ViT-S/16, ResNet, GPT vs uniform policies
 #
 # Each part writes its log to $OUT/<part>.log (or benchmarks/gpu_logs/ when OUT is unset)
 # and runs from the repository root with the machine's own JAX (no install: the device has
@@ -128,6 +129,12 @@ part_policies2() {  # the other stacks, fewer budgets (what a 10-minute call lea
 part_policiesm() {  # does a plan made from timed (or roofline) costs close the sublayer stack's step gap?
     step 200 $PY benchmarks/policies.py --models gpt --scale 64 --fractions 0.25 --costs measured
     step 120 $PY benchmarks/policies.py --models gpt --scale 64 --fractions 0.25 --costs static
+}
+
+part_models() {  # remat_blocks against nnx.remat(policy) on every block, step time at equal memory
+    step 240 $PY benchmarks/model_budget.py --large --models vit
+    step 150 $PY benchmarks/model_budget.py --large --models resnet
+    step 150 $PY benchmarks/model_budget.py --large --models gpt
 }
 
 for part in "${@:-env}"; do

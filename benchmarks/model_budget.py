@@ -19,6 +19,11 @@ the plain model's, and the gradient's flops (``cost_analysis`` before XLA optimi
     python benchmarks/model_budget.py --models vit
     python benchmarks/model_budget.py --issue    # adds the GPT of issue 16 (width 128, 8 blocks)
     python benchmarks/model_budget.py --costs static   # the blocks planned by the roofline
+    python benchmarks/model_budget.py --large           # GPU sizes: ViT-S/16 at 224x224, ...
+
+On a GPU (or with ``--device-columns on``) each row also gets the jitted gradient's compiled
+temp memory (``memory_analysis``), its median step time and that time over the uniform
+policy's it is compared with (on CPU XLA undoes remat, so those columns say nothing there).
 
 The blocks are planned with ``--costs`` (default ``flops``, what the table compares; the
 examples' default is ``static``, the roofline, which may trade flops for memory traffic).
@@ -42,6 +47,9 @@ import jaxremat.flax  # noqa: E402
 from jaxremat.flax import remat_blocks  # noqa: E402
 from jaxremat.measure.costs import lowered_costs  # noqa: E402
 from jaxremat.flax.meter import pure_step  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from jax_memory import compiled_columns  # noqa: E402
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
@@ -88,7 +96,23 @@ def _flops(model, loss_fn, *batch) -> float:
     return lowered_costs(jax.grad(step), params, rest, *batch)["flops"]
 
 
-def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: str) -> None:
+def _device(model, loss_fn, batch) -> tuple[int, float]:
+    """``(compiled temp bytes, median step seconds)`` of the jitted gradient of the whole
+    step (:func:`jax_memory.compiled_columns`)."""
+    step, params, rest = pure_step(model, loss_fn)
+    _, temp, seconds = compiled_columns(lambda p, a: step(p, a[0], *a[1]), params, (rest, batch))
+    return temp, seconds
+
+
+def _device_cells(cols, reference) -> str:
+    if cols is None:
+        return ""
+    ratio = f"{cols[1] / reference[1]:>8.3f}" if reference else f"{'-':>8}"
+    return f" {cols[0] / 2**20:>9.1f} {cols[1] * 1e3:>8.2f} {ratio}"
+
+
+def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: str,
+            device: bool = False) -> None:
     looped = functools.partial(_looped, cls, before, after)  # plain or uniform: the user's loop
     # the example's class, its blocks planned with ``costs`` (a subclass decorated anew)
     cls = remat_blocks("blocks", costs=costs)(type(cls.__name__, (cls,), {}))
@@ -96,14 +120,17 @@ def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: 
     plain_model = make(looped(None))
     plain, plain_flops = measure(plain_model), _flops(plain_model, loss_fn, *batch)
     print(f"\n== {name}: whole step without remat {jaxremat.format_bytes(plain)} ==")
-    print(f"{'':>22} {'memory':>11} {'of plain':>9} {'flops/plain':>12} {'flops/policy':>13}  plan")
-    uniform = {}
+    print(f"{'':>22} {'memory':>11} {'of plain':>9} {'flops/plain':>12} {'flops/policy':>13}"
+          + (f" {'temp MiB':>9} {'step ms':>8} {'step/pol':>8}" if device else "") + "  plan")
+    uniform, steps = {}, {}
     for label, policy in UNIFORM.items():
         model = make(looped(policy))
         uniform[label] = measure(model), _flops(model, loss_fn, *batch)
+        steps[label] = _device(model, loss_fn, batch) if device else None
         memory, flops = uniform[label]
         print(f"{label:>22} {jaxremat.format_bytes(memory):>11} {memory / plain:>9.3f} "
-              f"{flops / plain_flops:>12.3f} {1:>13.3f}  nnx.remat({policy}) on each block")
+              f"{flops / plain_flops:>12.3f} {1:>13.3f}{_device_cells(steps[label], steps[label])}"
+              f"  nnx.remat({policy}) on each block")
     budgets = [(f"fitted @ {label}", memory, label) for label, (memory, _) in uniform.items()]
     budgets += [(f"fitted @ {s}", s, None) for s in shares]
     for label, budget, policy in budgets:
@@ -118,17 +145,21 @@ def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: 
         assert memory <= plan.scope.budget
         ratio = f"{flops / uniform[policy][1]:>13.3f}" if policy else f"{'-':>13}"
         options = sorted({o for o in plan.options if o != "everything"})
+        cells = _device_cells(_device(model, loss_fn, batch) if device else None,
+                              steps[policy] if policy else None)
         print(f"{label:>22} {jaxremat.format_bytes(memory):>11} {memory / plain:>9.3f} "
-              f"{flops / plain_flops:>12.3f} {ratio}  {plan.method}: "
+              f"{flops / plain_flops:>12.3f} {ratio}{cells}  {plan.method}: "
               f"{sum(d.startswith('store tape') for d in plan.decisions())} of {len(plan.decisions())} tapes stored"
               + (f" (policies {', '.join(options)})" if options else "")
               + (f"; vs {policy}" if label.endswith("%") and policy else ""))
 
 
-def gpt_rows(issue: bool, costs: str) -> None:
+def gpt_rows(issue: bool, costs: str, device: bool, large: bool) -> None:
     before = lambda self, t: self.tokens(t) + self.positions(jnp.arange(t.shape[-1]))  # noqa: E731
     after = lambda self, h: self.out(self.norm(h))  # noqa: E731
     configs = [(32, 32, 4, 6, 32, 16)] + ([(256, 128, 4, 8, 128, 8)] if issue else [])
+    if large:
+        configs = [(512, 512, 8, 8, 256, 16)]
     for vocab, dim, heads, depth, context, batch in configs:
         data = gpt.synthetic_sequences(jax.random.key(0), batch, context, vocab)
 
@@ -138,31 +169,35 @@ def gpt_rows(issue: bool, costs: str) -> None:
 
         compare(f"GPT (examples/gpt_nnx.py): width {dim}, {depth} blocks, context {context}, "
                 f"batch {batch}", make, gpt.GPT, before, after, gpt.loss_fn, (data,),
-                ["50%", "30%"], costs)
+                ["50%", "30%"], costs, device)
 
 
-def resnet_rows(costs: str) -> None:
-    images, labels = resnet.synthetic_cifar(0, 16)
-
-    def make(cls):
-        with jax.threefry_partitionable(False):
-            return cls((8, 16, 32), 2, 10, rngs=nnx.Rngs(0))
-
-    compare("ResNet (examples/resnet_nnx.py blocks): widths (8, 16, 32), 6 residual blocks, "
-            "batch 16 of 32x32x3", make, ResNet, lambda self, x: self.stem(x),
-            lambda self, h: self.head(h), resnet.loss_fn, (images, labels), ["80%", "60%"], costs)
-
-
-def vit_rows(costs: str) -> None:
-    images, labels = vit.synthetic_images(0, 16)
+def resnet_rows(costs: str, device: bool, large: bool) -> None:
+    widths, n = ((32, 64, 128), 64) if large else ((8, 16, 32), 16)
+    images, labels = resnet.synthetic_cifar(0, n)
 
     def make(cls):
         with jax.threefry_partitionable(False):
-            return cls(32, 4, 32, 4, 6, 10, rngs=nnx.Rngs(0, dropout=1))
+            return cls(widths, 2, 10, rngs=nnx.Rngs(0))
 
-    compare("ViT (examples/vit_nnx.py): 32x32 images in 4x4 patches (65 tokens), width 32, "
-            "4 heads, 6 blocks, batch 16", make, vit.ViT, lambda self, x: self.embed(x),
-            lambda self, h: self.classify(h), vit.loss_fn, (images, labels), ["50%", "30%"], costs)
+    compare(f"ResNet (examples/resnet_nnx.py blocks): widths {widths}, 6 residual blocks, "
+            f"batch {n} of 32x32x3", make, ResNet, lambda self, x: self.stem(x),
+            lambda self, h: self.head(h), resnet.loss_fn, (images, labels), ["80%", "60%"], costs, device)
+
+
+def vit_rows(costs: str, device: bool, large: bool) -> None:
+    # image, patch, width, heads, depth, batch: ViT-S/16 at --large
+    size, patch, dim, heads, depth, n = (224, 16, 384, 6, 12, 32) if large else (32, 4, 32, 4, 6, 16)
+    images, labels = vit.synthetic_images(0, n, size)
+
+    def make(cls):
+        with jax.threefry_partitionable(False):
+            return cls(size, patch, dim, heads, depth, 10, rngs=nnx.Rngs(0, dropout=1))
+
+    compare(f"ViT (examples/vit_nnx.py): {size}x{size} images in {patch}x{patch} patches "
+            f"({(size // patch) ** 2 + 1} tokens), width {dim}, {heads} heads, {depth} blocks, "
+            f"batch {n}", make, vit.ViT, lambda self, x: self.embed(x),
+            lambda self, h: self.classify(h), vit.loss_fn, (images, labels), ["50%", "30%"], costs, device)
 
 
 def main(argv=None) -> None:
@@ -172,9 +207,15 @@ def main(argv=None) -> None:
     parser.add_argument("--costs", default="flops", choices=("flops", "static", "measured"),
                         help="the blocks' cost model (remat_blocks' costs=); the table "
                         "compares flops, which 'flops' minimises")
+    parser.add_argument("--large", action="store_true", help="GPU sizes (ViT-S/16 and the like)")
+    parser.add_argument("--device-columns", choices=("auto", "on", "off"), default="auto",
+                        help="compiled temp memory and step time: auto = on a GPU/TPU only")
     args = parser.parse_args(argv)
-    rows = {"gpt": lambda: gpt_rows(args.issue, args.costs),
-            "resnet": lambda: resnet_rows(args.costs), "vit": lambda: vit_rows(args.costs)}
+    device = {"auto": jax.devices()[0].platform != "cpu", "on": True,
+              "off": False}[args.device_columns]
+    rows = {"gpt": lambda: gpt_rows(args.issue, args.costs, device, args.large),
+            "resnet": lambda: resnet_rows(args.costs, device, args.large),
+            "vit": lambda: vit_rows(args.costs, device, args.large)}
     unknown = set(args.models.split(",")) - set(rows)
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {sorted(rows)}")
