@@ -37,15 +37,7 @@ resnet = _example("resnet_nnx")
 
 def _every_block(cls, before, after):
     """``cls`` with each block under its own nnx.remat (what a user writes by hand)."""
-
-    class EveryBlock(cls):
-        def __call__(self, *args):
-            h = before(self, *args)
-            for block in self.blocks:
-                h = nnx.remat(lambda b, h: b(h))(block, h)
-            return after(self, h)
-
-    return EveryBlock
+    return _under_policy(cls, before, after, None)
 
 
 def _plain(cls, before, after):
@@ -237,7 +229,8 @@ def test_under_nnx_vmap_the_budget_is_the_whole_batch_step():
 
 
 def _under_policy(cls, before, after, policy):
-    """``cls`` with each block under ``nnx.remat(policy=...)``: MaxText's uniform remat_policy."""
+    """``cls`` with each block under ``nnx.remat(policy=...)``: MaxText's uniform remat_policy
+    (``None``: nnx.remat's default, nothing saved)."""
 
     class Uniform(cls):
         def __call__(self, *args):
