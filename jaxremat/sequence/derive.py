@@ -17,12 +17,14 @@ The tracers here plug into :func:`jaxremat.sequence.options.layer_options`
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 from ..measure.trace import TracedLayer, trace_layer, without_input_grad
+from .layer import LayerProfile
 from .options import Tracer
 
-__all__ = ["deriving_tracer", "recording_tracer"]
+__all__ = ["deriving_tracer", "recording_tracer", "same_profile"]
 
 
 def recording_tracer(recorded: dict[str, Any]) -> Tracer:
@@ -55,3 +57,13 @@ def deriving_tracer(recorded: dict[str, Any], num_params: int, num_x: int) -> Tr
         return without_input_grad(found, num_params, num_x)
 
     return tracer
+
+
+def same_profile(a: LayerProfile, b: LayerProfile) -> bool:
+    """Whether two profiles of a layer are equal in every field, the options' policies
+    compared by name (a ``"names:..."`` option's policy is a new function each time)."""
+    def plain(profile: LayerProfile) -> LayerProfile:
+        return dataclasses.replace(profile, options=tuple(
+            dataclasses.replace(o, policy=None) for o in profile.options))
+
+    return plain(a) == plain(b)

@@ -115,17 +115,19 @@ def _backward_floor(base: LayerProfile, bwd_flops: float, costs: str) -> float:
 def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: TracedLayer,
                    menu: tuple, costs: str, repeats: int, input_grad: bool,
                    forward: tuple[float, float] | None = None, meter: CostMeter | None = None,
-                   tracer: Tracer = trace) -> tuple[tuple[OptionProfile, ...], tuple]:
+                   tracer: Tracer = trace, plain: Any = None,
+                   ) -> tuple[tuple[OptionProfile, ...], tuple]:
     """The layer's options k >= 1 after merging, and ``(name, reason)`` of those dropped;
     ``forward``: the layer's plain forward costs, if already lowered; ``meter``: the static
     costs' source (:mod:`jaxremat.sequence.calibration`); ``tracer``: how each option is
-    traced (:data:`Tracer`)."""
+    traced (:data:`Tracer`); ``plain``: ``jax.make_jaxpr(layer)(p, x)`` where already traced
+    (read for the names the layer marks)."""
     options: list[OptionProfile] = []
     dropped: list[tuple[str, str]] = []
     seen = {(tape_signature(traced), base.bwd_flops, base.fwd_tape_flops, base.fwd_tmp,
              base.bwd_tmp): "everything"}
     no_host = None
-    for option in layer_menu(menu, marked_names(layer, p, x))[1:]:
+    for option in layer_menu(menu, marked_names(layer, p, x, plain))[1:]:
         if option.offload and (no_host := no_host or offload.offload_unavailable()):
             dropped.append((option.name, no_host))
             continue

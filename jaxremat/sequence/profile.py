@@ -122,7 +122,7 @@ from ..trees import abstractify, check_layers, check_params, leaf_bytes, signatu
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
                     forward_costs, layer_costs, roofline_time)
 from .calibration import CostMeter, Uncalibrated, meter_for
-from .derive import deriving_tracer, recording_tracer
+from .derive import deriving_tracer, recording_tracer, same_profile
 from .options import Tracer, layer_options, trace, with_options
 from .policies import OFFLOAD_POLICIES, check_policies
 
@@ -168,7 +168,7 @@ def _profile_one(
                                          meter=meter))
     if menu:
         options, dropped = layer_options(layer, p, x, profile, traced, menu, costs, repeats,
-                                          input_grad, forward, meter, tracer)
+                                          input_grad, forward, meter, tracer, plain)
         profile = dataclasses.replace(profile, options=options, dropped=dropped)
     return profile, traced.output
 
@@ -278,7 +278,7 @@ def _check_derived(layer: Callable, p: Any, x: Any, costs: str, repeats: int, me
         found = _profile_one(layer, p, x, 0, costs, repeats, False, menu, meter, tracer)
     except Uncalibrated:
         return
-    if found[0] == traced[0]:
+    if same_profile(found[0], traced[0]):
         _remember(_derived_key(key), layer, True, None)
 
 
