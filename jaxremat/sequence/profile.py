@@ -185,7 +185,9 @@ def profile_cache() -> LRU:
     :class:`jaxremat.RematSequence`, are profiled once. Entries whose key starts with
     ``"calibration"`` hold, per layer and input structure (shapes left out), the lowered and
     counted costs of its pieces at the first shape profiled, from which later shapes scale
-    their counts instead of lowering (:mod:`jaxremat.sequence.calibration`).
+    their counts instead of lowering (:mod:`jaxremat.sequence.calibration`); those starting
+    with ``"derived"`` mark a layer whose profile without the input's gradient is derived from
+    the one with it at later shapes (:mod:`jaxremat.sequence.derive`; a flag, no program).
     ``profile_cache().clear()`` forgets them all (e.g. after redefining a layer's behaviour
     through global state).
     """
