@@ -147,6 +147,15 @@ def _profile_one(
     layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool,
     menu: tuple = (), meter: CostMeter | None = None, tracer: Tracer = trace,
 ) -> tuple[LayerProfile, Any]:
+    """Profile one layer by tracing it (:func:`_layer_profile`); a profile derived from
+    another's traces calls :func:`_layer_profile` directly (it traces nothing)."""
+    return _layer_profile(layer, p, x, index, costs, repeats, input_grad, menu, meter, tracer)
+
+
+def _layer_profile(
+    layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool,
+    menu: tuple = (), meter: CostMeter | None = None, tracer: Tracer = trace,
+) -> tuple[LayerProfile, Any]:
     """Profile one layer; ``meter`` gives the static costs of its pieces, scaled from an
     earlier shape's calibration where it has one (:mod:`jaxremat.sequence.calibration`).
     At such a shape the layer is traced once (:func:`jaxremat.measure.trace.trace_once`) and
@@ -258,17 +267,15 @@ def _with_input_grad(key: tuple, input_grad: bool) -> tuple:
 
 
 def _derived_key(key: tuple) -> tuple:
-    """The key of the mark that a layer's profile without the input's gradient (``key``'s
-    input structure, any shapes) may be derived from the one with it."""
+    """The key of the mark that ``key``'s layer (any input shapes) may be derived."""
     return ("derived",) + _calibration_key(_with_input_grad(key, False))
 
 
 def _check_derived(layer: Callable, p: Any, x: Any, costs: str, repeats: int, menu: tuple,
                    key: tuple, recorded: dict[str, Any]) -> None:
-    """At the first shape of a layer profiled both with and without the input's gradient
-    (the latter first, as a sequence's first layer), derive the latter from the former's
-    traces (``recorded``) and mark the layer derivable if the profiles are equal in every
-    field and every piece's count equals the traced one's term by term."""
+    """At a layer's first shape, profiled without the input's gradient (first) and with it
+    (traced into ``recorded``): mark it derivable if the profile derived from ``recorded``
+    equals the traced one in every field and every piece's count term by term."""
     without = _with_input_grad(key, False)
     traced = _cached(without, layer)
     calibration = _cached(_calibration_key(without), layer)
@@ -277,7 +284,7 @@ def _check_derived(layer: Callable, p: Any, x: Any, costs: str, repeats: int, me
     meter = CostMeter(reference=calibration[0], strict="same")
     tracer = deriving_tracer(recorded, len(jax.tree.leaves(p)), len(jax.tree.leaves(x)))
     try:
-        found = _profile_one(layer, p, x, 0, costs, repeats, False, menu, meter, tracer)
+        found = _layer_profile(layer, p, x, 0, costs, repeats, False, menu, meter, tracer)
     except Uncalibrated:
         return
     if same_profile(found[0], traced[0]):
@@ -286,9 +293,9 @@ def _check_derived(layer: Callable, p: Any, x: Any, costs: str, repeats: int, me
 
 def _derived_profile(layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int,
                      menu: tuple, key: tuple) -> tuple[LayerProfile, Any] | None:
-    """The profile without the input's gradient at a later shape, derived from the profile
-    with it (profiled and cached here); ``None`` where a piece's costs would need lowering
-    or the layer fails to trace (the caller then profiles it the ordinary way)."""
+    """The profile without the input's gradient at a later shape, derived from the one with
+    it (profiled and cached here); ``None`` where a piece would need lowering or the layer
+    fails to trace (the caller then traces it)."""
     with_grad = _with_input_grad(key, True)
     calibration_key = _calibration_key(with_grad)
     reference = _cached(calibration_key, layer)
@@ -308,7 +315,8 @@ def _derived_profile(layer: Callable, p: Any, x: Any, index: int, costs: str, re
     strict = CostMeter(reference=_cached(without, layer)[0], strict="scaled")
     tracer = deriving_tracer(recorded, len(jax.tree.leaves(p)), len(jax.tree.leaves(x)))
     try:
-        return _profile_one(layer, p, x, index, costs, repeats, False, menu, strict, tracer)
+        return _layer_profile(layer, p, x, index, costs, repeats, False, menu, strict,
+                              tracer)
     except Uncalibrated:
         return None
 
