@@ -26,7 +26,7 @@ from .meter import aval_nbytes, inputs_read, program_memory
 from ..trees import cotangent_struct, tree_bytes
 
 __all__ = ["TracedLayer", "trace_layer", "trace_once", "tape_forward", "tape_jaxpr",
-           "tape_signature", "transients"]
+           "tape_signature", "transients", "without_input_grad"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,16 +295,43 @@ def trace_layer(
 
     cotangent = jax.tree.map(cotangent_struct, output)
     backward = jax.make_jaxpr(_pullback_for_memory(pullback))(residuals, cotangent)
+    return _traced_layer(forward, output, tuple(residuals), pullback, cotangent, backward,
+                         len(jax.tree.leaves(x)))
+
+
+def _traced_layer(forward: ClosedJaxpr, output: Any, residuals: tuple, pullback: Callable,
+                  cotangent: Any, backward: ClosedJaxpr, num_x: int) -> TracedLayer:
+    """The :class:`TracedLayer` of a vjp's forward and backward jaxprs (what the pullback
+    reads, the tape, the input and output leaves it reads, the inputs the tape needs)."""
     used = tuple(inputs_read(backward)[:len(residuals)])
     num_outputs = len(jax.tree.leaves(output))
     tape = _tape_bytes(forward, num_outputs, tree_bytes(output), used)
-    num_x = len(jax.tree.leaves(x))
-    x_vars = forward.jaxpr.invars[len(forward.jaxpr.invars) - len(jax.tree.leaves(x)):]
+    x_vars = forward.jaxpr.invars[len(forward.jaxpr.invars) - num_x:]
     tape_deps, output_deps = input_deps(forward, num_outputs, used, num_x)
-    return TracedLayer(forward, output, tuple(residuals), used, pullback, cotangent, backward,
+    return TracedLayer(forward, output, residuals, used, pullback, cotangent, backward,
                        tape, _reads_output(forward, num_outputs, used),
                        _host_bytes(forward, num_outputs, used),
                        _leaves_read(forward, num_outputs, used, x_vars),
                        _leaves_read(forward, num_outputs, used,
                                     forward.jaxpr.outvars[:num_outputs]),
                        tape_deps, output_deps)
+
+
+def without_input_grad(traced: TracedLayer, num_params: int, num_x: int) -> TracedLayer:
+    """``traced`` (traced with ``input_grad=True``) with the input's gradient removed as
+    dead code: the pullback's jaxpr keeps only the parameter gradients (JAX's dead-code
+    elimination, :func:`jaxremat.jax_compat.dce_jaxpr`), so it reads only the residuals
+    they need, and the tape, transients and costs follow from that as for
+    ``trace_layer(..., input_grad=False)``. Not the same jaxprs as that trace (the forward
+    still carries the residuals of ``g[i]``, unread): :mod:`jaxremat.sequence.profile` uses
+    it only where the profile it gives was checked equal to the traced one."""
+    backward = traced.backward
+    outputs = len(backward.jaxpr.outvars)
+    backward = dce_jaxpr(backward, [k < num_params for k in range(outputs)])
+    whole = traced.pullback
+
+    def pullback(res: Sequence[Any], cotangent: Any) -> Any:
+        return (whole(res, cotangent)[0],)
+
+    return _traced_layer(traced.forward, traced.output, traced.residuals, pullback,
+                         traced.cotangent, backward, num_x)

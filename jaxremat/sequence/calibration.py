@@ -38,7 +38,7 @@ from jax.extend.core import ClosedJaxpr
 
 from ..measure.costs import CountTerms, count_terms, lowered_costs
 
-__all__ = ["Calibration", "CostMeter", "meter_for", "scaled_costs"]
+__all__ = ["Calibration", "CostMeter", "Uncalibrated", "meter_for", "scaled_costs"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +60,12 @@ def _scaled(new: np.ndarray, old: np.ndarray, lowered: float) -> float:
     return kept + (lowered - kept) * float(new[~fixed].sum()) / scaling_old
 
 
+def _same_terms(a: CountTerms, b: CountTerms) -> bool:
+    """Whether two counts have the same equations and the same terms."""
+    return (a.structure == b.structure and np.array_equal(a.flops, b.flops)
+            and np.array_equal(a.bytes, b.bytes))
+
+
 def scaled_costs(counted: CountTerms, reference: Calibration) -> tuple[float, float] | None:
     """``(flops, bytes accessed)`` at a new shape from its count and the calibration's, or
     ``None`` when the two jaxprs differ in their equations."""
@@ -68,6 +74,11 @@ def scaled_costs(counted: CountTerms, reference: Calibration) -> tuple[float, fl
         return None
     return (_scaled(counted.flops, old.flops, reference.lowered[0]),
             _scaled(counted.bytes, old.bytes, reference.lowered[1]))
+
+
+class Uncalibrated(Exception):
+    """A :class:`CostMeter` with ``strict`` set met a piece it cannot take from its
+    calibration (the caller redoes the profile the ordinary way)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,11 +91,15 @@ class CostMeter:
       found: the pieces this profile lowered, filled in as it goes (a calibration for later
         shapes).
       scale: whether to count and scale at all (``False`` for measured costs).
+      strict: ``"scaled"``: raise :class:`Uncalibrated` instead of lowering a piece;
+        ``"same"``: also where the piece's count differs from the calibration's in any
+        term (a check of a profile derived without tracing, at the calibration's shape).
     """
 
     reference: Mapping[str, Calibration] | None = None
     found: dict[str, Calibration] = dataclasses.field(default_factory=dict)
     scale: bool = True
+    strict: str | None = None
 
     def costs(self, piece: str, fn: Callable, args: tuple, jaxpr: ClosedJaxpr | None,
               skip_outputs: int = 0) -> tuple[float, float]:
@@ -96,10 +111,15 @@ class CostMeter:
             return found["flops"], found["bytes accessed"]
         counted = count_terms(jaxpr, skip_outputs)
         reference = (self.reference or {}).get(piece)
+        if self.strict == "same" and not (reference is not None
+                                          and _same_terms(counted, reference.counted)):
+            raise Uncalibrated(piece)
         if reference is not None:
             scaled = scaled_costs(counted, reference)
             if scaled is not None:
                 return scaled
+        if self.strict:
+            raise Uncalibrated(piece)
         found = lowered_costs(fn, *args)
         lowered = (found["flops"], found["bytes accessed"])
         self.found[piece] = Calibration(lowered, counted)

@@ -32,13 +32,24 @@ from solver.chain.options import LayerOptions
 
 from ..measure import offload
 from ..measure.trace import TracedLayer, tape_signature, trace_layer
-from .calibration import CostMeter
+from .calibration import CostMeter, Uncalibrated
 from .layer import LayerProfile, OptionProfile, layer_costs
 from .policies import PolicyOption, layer_menu, marked_names
 
 _SAME = "same tape as "
 _DOMINATED = "dominated by "
 _WHOLE = "no smaller and no faster than the whole tape"
+
+Tracer = Callable[[Callable, Any, Any, int, bool, str], TracedLayer]
+"""``tracer(layer, p, x, index, input_grad, name)``: the :class:`TracedLayer` of ``layer``
+(option ``name``, ``"everything"`` for the whole tape); :func:`trace` by default."""
+
+
+def trace(layer: Callable, p: Any, x: Any, index: int, input_grad: bool, name: str
+          ) -> TracedLayer:
+    """The default :data:`Tracer`: :func:`jaxremat.measure.trace.trace_layer`."""
+    del name
+    return trace_layer(layer, p, x, index, input_grad=input_grad)
 
 
 def option_aliases(dropped: Sequence[tuple[str, str]]) -> dict[str, str]:
@@ -60,13 +71,13 @@ def option_aliases(dropped: Sequence[tuple[str, str]]) -> dict[str, str]:
 def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyOption,
                     base: LayerProfile, costs: str, repeats: int, input_grad: bool,
                     forward: tuple[float, float] | None = None, meter: CostMeter | None = None,
-                    ) -> tuple[OptionProfile, tuple]:
+                    tracer: Tracer = trace) -> tuple[OptionProfile, tuple]:
     """Profile ``layer`` under ``option``'s policy; also return its tape's signature.
     ``forward``: the layer's plain forward costs (:func:`jaxremat.sequence.layer.forward_costs`,
     the same with the policy applied), lowered once for all options; ``meter``: the static
-    costs' source (:mod:`jaxremat.sequence.calibration`)."""
+    costs' source (:mod:`jaxremat.sequence.calibration`); ``tracer``: how it is traced."""
     saved = jax.checkpoint(layer, policy=option.policy, prevent_cse=True)
-    traced = trace_layer(saved, p, x, index, input_grad=input_grad)
+    traced = tracer(saved, p, x, index, input_grad, option.name)
     found = layer_costs(saved, p, x, traced, costs, repeats, forward=forward, meter=meter,
                         option=option.name)
     found = OptionProfile(
@@ -104,22 +115,27 @@ def _backward_floor(base: LayerProfile, bwd_flops: float, costs: str) -> float:
 def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: TracedLayer,
                    menu: tuple, costs: str, repeats: int, input_grad: bool,
                    forward: tuple[float, float] | None = None, meter: CostMeter | None = None,
+                   tracer: Tracer = trace, plain: Any = None,
                    ) -> tuple[tuple[OptionProfile, ...], tuple]:
     """The layer's options k >= 1 after merging, and ``(name, reason)`` of those dropped;
     ``forward``: the layer's plain forward costs, if already lowered; ``meter``: the static
-    costs' source (:mod:`jaxremat.sequence.calibration`)."""
+    costs' source (:mod:`jaxremat.sequence.calibration`); ``tracer``: how each option is
+    traced (:data:`Tracer`); ``plain``: ``jax.make_jaxpr(layer)(p, x)`` where already traced
+    (read for the names the layer marks)."""
     options: list[OptionProfile] = []
     dropped: list[tuple[str, str]] = []
     seen = {(tape_signature(traced), base.bwd_flops, base.fwd_tape_flops, base.fwd_tmp,
              base.bwd_tmp): "everything"}
     no_host = None
-    for option in layer_menu(menu, marked_names(layer, p, x))[1:]:
+    for option in layer_menu(menu, marked_names(layer, p, x, plain))[1:]:
         if option.offload and (no_host := no_host or offload.offload_unavailable()):
             dropped.append((option.name, no_host))
             continue
         try:
             found, key = _profile_option(layer, p, x, base.index, option, base, costs, repeats,
-                                         input_grad, forward, meter)
+                                         input_grad, forward, meter, tracer)
+        except Uncalibrated:  # the profile is redone by tracing (jaxremat.sequence.profile)
+            raise
         except Exception as error:  # noqa: BLE001 - JAX rejected the policy on this layer
             cause = error.__cause__ or error  # trace_layer names the layer; the plan does
             dropped.append((option.name, f"rejected: {type(cause).__name__}: {cause}"[:300]))

@@ -156,10 +156,11 @@ def _subjaxprs(eqn: Any) -> Iterator[Any]:
                 yield item.jaxpr
 
 
-def marked_names(layer: Callable, p: Any, x: Any) -> tuple[str, ...]:
-    """The names ``layer(p, x)`` marks with ``checkpoint_name``, in program order, once each."""
+def marked_names(layer: Callable, p: Any, x: Any, jaxpr: Any = None) -> tuple[str, ...]:
+    """The names ``layer(p, x)`` marks with ``checkpoint_name``, in program order, once each;
+    ``jaxpr``: ``jax.make_jaxpr(layer)(p, x)`` where already traced."""
     names: list[str] = []
-    pending = [jax.make_jaxpr(layer)(p, x).jaxpr]
+    pending = [(jaxpr if jaxpr is not None else jax.make_jaxpr(layer)(p, x)).jaxpr]
     while pending:
         jaxpr = pending.pop()
         for eqn in jaxpr.eqns:

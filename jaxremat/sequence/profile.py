@@ -117,12 +117,13 @@ from solver import Chain
 
 from ..lru import LRU
 from ..measure.offload import offload_key
-from ..measure.trace import trace_layer, trace_once
+from ..measure.trace import trace_once
 from ..trees import abstractify, check_layers, check_params, leaf_bytes, signature, tree_bytes
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
                     forward_costs, layer_costs, roofline_time)
-from .calibration import CostMeter, meter_for
-from .options import layer_options, with_options
+from .calibration import CostMeter, Uncalibrated, meter_for
+from .derive import deriving_tracer, recording_tracer, same_profile
+from .options import Tracer, layer_options, trace, with_options
 from .policies import OFFLOAD_POLICIES, check_policies
 
 __all__ = [
@@ -144,19 +145,29 @@ _PROFILES = LRU(PROFILE_CACHE_SIZE)
 
 def _profile_one(
     layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool,
-    menu: tuple = (), meter: CostMeter | None = None,
+    menu: tuple = (), meter: CostMeter | None = None, tracer: Tracer = trace,
+) -> tuple[LayerProfile, Any]:
+    """Profile one layer by tracing it (:func:`_layer_profile`); a profile derived from
+    another's traces calls :func:`_layer_profile` directly (it traces nothing)."""
+    return _layer_profile(layer, p, x, index, costs, repeats, input_grad, menu, meter, tracer)
+
+
+def _layer_profile(
+    layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool,
+    menu: tuple = (), meter: CostMeter | None = None, tracer: Tracer = trace,
 ) -> tuple[LayerProfile, Any]:
     """Profile one layer; ``meter`` gives the static costs of its pieces, scaled from an
     earlier shape's calibration where it has one (:mod:`jaxremat.sequence.calibration`).
     At such a shape the layer is traced once (:func:`jaxremat.measure.trace.trace_once`) and
     its options' vjps are built from that jaxpr; at the first shape every trace is of the
     layer itself (a jaxpr's replay differs in how scalar constants are held, which moves
-    backward costs by a few bytes and may flip ties between equal plans)."""
+    backward costs by a few bytes and may flip ties between equal plans). ``tracer``
+    traces the layer and its options (:mod:`jaxremat.sequence.derive`)."""
     meter = meter or meter_for(None, costs)
     plain = None
     if meter.reference is not None:  # a new shape: the user's Python runs once
         layer, plain = trace_once(layer, p, x, index)
-    traced = trace_layer(layer, p, x, index, input_grad=input_grad)
+    traced = tracer(layer, p, x, index, input_grad, "everything")
     if plain is None and meter.scale:  # the first shape: traced from the layer itself
         plain = jax.make_jaxpr(layer)(p, x)
     forward = forward_costs(layer, p, x, meter, plain)  # once, for the layer and its options
@@ -166,7 +177,7 @@ def _profile_one(
                                          meter=meter))
     if menu:
         options, dropped = layer_options(layer, p, x, profile, traced, menu, costs, repeats,
-                                          input_grad, forward, meter)
+                                          input_grad, forward, meter, tracer, plain)
         profile = dataclasses.replace(profile, options=options, dropped=dropped)
     return profile, traced.output
 
@@ -183,7 +194,9 @@ def profile_cache() -> LRU:
     :class:`jaxremat.RematSequence`, are profiled once. Entries whose key starts with
     ``"calibration"`` hold, per layer and input structure (shapes left out), the lowered and
     counted costs of its pieces at the first shape profiled, from which later shapes scale
-    their counts instead of lowering (:mod:`jaxremat.sequence.calibration`).
+    their counts instead of lowering (:mod:`jaxremat.sequence.calibration`); those starting
+    with ``"derived"`` mark a layer whose profile without the input's gradient is derived from
+    the one with it at later shapes (:mod:`jaxremat.sequence.derive`; a flag, no program).
     ``profile_cache().clear()`` forgets them all (e.g. after redefining a layer's behaviour
     through global state).
     """
@@ -227,14 +240,85 @@ def _remember(key: tuple, layer: Callable, value: Any, output: Any) -> None:
 def _profile_new(layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int,
                  input_grad: bool, menu: tuple, key: tuple) -> tuple[LayerProfile, Any]:
     """Profile a layer the cache does not hold, with the calibration of an earlier shape of
-    it when there is one, and keep the calibration for later shapes."""
+    it when there is one, and keep the calibration for later shapes. Without the input's
+    gradient, at a later shape, derived from the profile with it where that was checked
+    (:mod:`jaxremat.sequence.derive`; that profile is then cached too)."""
     calibration_key = _calibration_key(key)
     reference = _cached(calibration_key, layer)
     meter = meter_for(reference[0] if reference else None, costs)
-    found = _profile_one(layer, p, x, index, costs, repeats, input_grad, menu, meter)
+    if reference is not None and not input_grad and _cached(_derived_key(key), layer):
+        found = _derived_profile(layer, p, x, index, costs, repeats, menu, key)
+        if found is not None:
+            return found
+    recorded: dict[str, Any] = {}
+    check = input_grad and reference is None and meter.scale
+    found = _profile_one(layer, p, x, index, costs, repeats, input_grad, menu, meter,
+                         recording_tracer(recorded) if check else trace)
     if meter.scale and (reference is None or meter.found):
         _remember(calibration_key, layer, meter.calibration(), None)
+    if check:
+        _check_derived(layer, p, x, costs, repeats, menu, key, recorded)
     return found
+
+
+def _with_input_grad(key: tuple, input_grad: bool) -> tuple:
+    """``key`` (:func:`_cache_key`) with ``input_grad`` set."""
+    return key[:3] + (input_grad,) + key[4:]
+
+
+def _derived_key(key: tuple) -> tuple:
+    """The key of the mark that ``key``'s layer (any input shapes) may be derived."""
+    return ("derived",) + _calibration_key(_with_input_grad(key, False))
+
+
+def _check_derived(layer: Callable, p: Any, x: Any, costs: str, repeats: int, menu: tuple,
+                   key: tuple, recorded: dict[str, Any]) -> None:
+    """At a layer's first shape, profiled without the input's gradient (first) and with it
+    (traced into ``recorded``): mark it derivable if the profile derived from ``recorded``
+    equals the traced one in every field and every piece's count term by term."""
+    without = _with_input_grad(key, False)
+    traced = _cached(without, layer)
+    calibration = _cached(_calibration_key(without), layer)
+    if traced is None or calibration is None or _cached(_derived_key(key), layer):
+        return
+    meter = CostMeter(reference=calibration[0], strict="same")
+    tracer = deriving_tracer(recorded, len(jax.tree.leaves(p)), len(jax.tree.leaves(x)))
+    try:
+        found = _layer_profile(layer, p, x, 0, costs, repeats, False, menu, meter, tracer)
+    except Uncalibrated:
+        return
+    if same_profile(found[0], traced[0]):
+        _remember(_derived_key(key), layer, True, None)
+
+
+def _derived_profile(layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int,
+                     menu: tuple, key: tuple) -> tuple[LayerProfile, Any] | None:
+    """The profile without the input's gradient at a later shape, derived from the one with
+    it (profiled and cached here); ``None`` where a piece would need lowering or the layer
+    fails to trace (the caller then traces it)."""
+    with_grad = _with_input_grad(key, True)
+    calibration_key = _calibration_key(with_grad)
+    reference = _cached(calibration_key, layer)
+    if reference is None:
+        return None
+    meter = meter_for(reference[0], costs)
+    recorded: dict[str, Any] = {}
+    try:
+        found = _profile_one(layer, p, x, index, costs, repeats, True, menu, meter,
+                             recording_tracer(recorded))
+    except Exception:  # noqa: BLE001 - traced again without the gradient, which names it
+        return None
+    _remember(with_grad, layer, *found)
+    if meter.found:
+        _remember(calibration_key, layer, meter.calibration(), None)
+    without = _calibration_key(key)
+    strict = CostMeter(reference=_cached(without, layer)[0], strict="scaled")
+    tracer = deriving_tracer(recorded, len(jax.tree.leaves(p)), len(jax.tree.leaves(x)))
+    try:
+        return _layer_profile(layer, p, x, index, costs, repeats, False, menu, strict,
+                              tracer)
+    except Uncalibrated:
+        return None
 
 
 def profile_sequence(
