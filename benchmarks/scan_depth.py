@@ -21,7 +21,7 @@ a scan body times its length): ``Lowered.cost_analysis()`` counts a loop body on
 its trip count (a plain scan of 8 or 32 layers reports the same flops). CPU figures: XLA's
 CPU compiler undoes remat, so memory is the meter's, never XLA's.
     python benchmarks/scan_depth.py [--quick]
-    python benchmarks/scan_depth.py --least [--unroll 0] [--block gpt] [--depths 32,64,128]
+    python benchmarks/scan_depth.py --least [--unroll 0|2|auto] [--block gpt] [--depths 32,64,128]
     python benchmarks/scan_depth.py --gpt [--gpt-shape 24,512,8,8,256] [--device-columns on]
 
 ``--gpt`` measures instead a GPT-2-style decoder of 24 blocks (``policies.py``'s
@@ -137,7 +137,7 @@ def memory(fn, params, x):
     return jaxremat.activation_memory(loss_of(fn), params, x)
 
 
-def least_budget(params, x, costs="static", unroll=2, layer=block):
+def least_budget(params, x, costs="static", unroll="auto", layer=block):
     """The smallest budget remat_scan names (its InfeasibleBudget at one byte)."""
     try:
         jaxremat.remat_scan(layer, 1, costs=costs, unroll=unroll).plan(params, x)
@@ -237,7 +237,7 @@ def least_table(depths, unroll, kind="mlp"):
         least = least_budget(params, x, unroll=unroll, layer=layer)
         f = jaxremat.remat_scan(layer, least, unroll=unroll)
         plan = f.plan(params, x)
-        member = f"{plan.member} ({plan.option_name})"
+        member = f"{plan.member} ({plan.option_name}), unroll {plan.unroll}"
         mem = memory(f, params, x)
         print(f"{L:<4} {member:<48} {least:>9} {mem:>12} "
               f"{mem / memory(scanned('nothing_saveable', layer), params, x):>14.3f} "
@@ -307,8 +307,10 @@ def main():
     parser.add_argument("--gpt", action="store_true", help="the scanned 24-block GPT table only")
     parser.add_argument("--least", action="store_true",
                         help="only remat_scan at its least budget: member, memory, compile")
-    parser.add_argument("--unroll", type=int, default=2,
-                        help="with --least: remat_scan's unroll (0: every run scanned)")
+    parser.add_argument("--unroll", type=lambda s: s if s == "auto" else int(s), default="auto",
+                        help="with --least: remat_scan's unroll ('auto', the default: chosen "
+                             "from the block's size; 0: every run scanned; 2: runs of <= 2 "
+                             "layers unrolled)")
     parser.add_argument("--block", choices=("mlp", "gpt"), default="mlp",
                         help="with --least: the residual MLP block, or a GPT-2 block")
     parser.add_argument("--depths", default=None,
