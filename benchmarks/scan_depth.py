@@ -20,7 +20,7 @@ Flops are counted on the gradient's jaxpr (``jaxremat.measure.dataflow.equation_
 a scan body times its length): ``Lowered.cost_analysis()`` counts a loop body once, whatever
 its trip count (a plain scan of 8 or 32 layers reports the same flops). CPU figures: XLA's
 CPU compiler undoes remat, so memory is the meter's, never XLA's.
-    python benchmarks/scan_depth.py [--quick]
+    python benchmarks/scan_depth.py [--quick] [--first]
     python benchmarks/scan_depth.py --least [--unroll 0|2|auto] [--block gpt] [--depths 32,64,128]
     python benchmarks/scan_depth.py --gpt [--gpt-shape 24,512,8,8,256] [--device-columns on]
 
@@ -157,7 +157,9 @@ def at_least(budget, params, x):
         return (lambda: jaxremat.remat_scan(block, least)), "min"
 
 
-def depth_table(depths):
+def depth_table(depths, first_only=False):
+    """The compile table (module docstring, 1.); ``first_only``: only the scan with
+    ``nothing_saveable`` and remat_scan at 50% (first call, new plan, cached plan)."""
     print("L    method                 compile s   equations   / scan+nothing_saveable   "
           "(CPU s, least of %d; remat_scan at 50%%, or at its smallest budget where 50%% "
           "does not fit: 'min'; and at its smallest budget; 'first': layer profiled and plan "
@@ -167,15 +169,21 @@ def depth_table(depths):
         rows = [("scan", scanned(), None, False),
                 ("scan+nothing_saveable", scanned("nothing_saveable"), None, False),
                 ("scan+dots_saveable", scanned("dots_saveable"), None, False)]
-        for make, used in (at_least("50%", params, x),
-                           (lambda least=least_budget(params, x): jaxremat.remat_scan(block, least),
-                            "min")):
+        makes = [at_least("50%", params, x)]
+        if not first_only:
+            makes.append((lambda least=least_budget(params, x): jaxremat.remat_scan(block, least),
+                          "min"))
+        for make, used in makes:
             cached = make()
             cached.plan(params, x)
             rows += [(f"remat_scan {used} first", cached, make, True),
                      (f"remat_scan {used} new plan", cached, make, False),
                      (f"remat_scan {used} cached", cached, None, False)]
-        rows.append(("remat_sequence 50%", unrolled(L), None, False))
+        if first_only:
+            rows = [row for row in rows if row[0] == "scan+nothing_saveable"
+                    or row[0].startswith("remat_scan")]
+        else:
+            rows.append(("remat_sequence 50%", unrolled(L), None, False))
         base = None
         for name, fn, fresh, first in rows:
             if name.startswith("remat_sequence") and L > 64:
@@ -304,6 +312,9 @@ def gpt_table(shape, gpu):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="L in {8, 16, 32} only")
+    parser.add_argument("--first", action="store_true",
+                        help="only the compile rows of remat_scan at 50%% (first call, new "
+                             "plan, cached) and of the scan with nothing_saveable")
     parser.add_argument("--gpt", action="store_true", help="the scanned 24-block GPT table only")
     parser.add_argument("--least", action="store_true",
                         help="only remat_scan at its least budget: member, memory, compile")
@@ -315,7 +326,7 @@ def main():
                         help="with --least: the residual MLP block, or a GPT-2 block")
     parser.add_argument("--depths", default=None,
                         type=lambda s: tuple(int(v) for v in s.split(",")),
-                        help="with --least: the depths L (default 8,16,32,64)")
+                        help="the depths L (default 8,16,32,64,128; with --least 8,16,32,64)")
     parser.add_argument("--gpt-shape", default="24,512,8,8,256",
                         type=lambda s: tuple(int(v) for v in s.split(",")),
                         help="depth,width,heads,batch,sequence of --gpt")
@@ -328,15 +339,16 @@ def main():
               f"{jax.__version__}; costs={COSTS!r}")
         gpt_table(args.gpt_shape, gpu)
         return
-    depths = (8, 16, 32) if args.quick else (8, 16, 32, 64, 128)
+    depths = args.depths or ((8, 16, 32) if args.quick else (8, 16, 32, 64, 128))
     if args.least:
         least_table(args.depths or depths[:4], args.unroll, args.block)
         return
     print(f"backend {jax.default_backend()} (memory from the meter, flops counted on the "
           f"jaxpr), JAX {jax.__version__}, width {WIDTH}, batch {BATCH}; budget table with "
           f"costs={COSTS!r}")
-    depth_table(depths)
-    budget_table(depths)
+    depth_table(depths, args.first)
+    if not args.first:
+        budget_table(depths)
 
 
 if __name__ == "__main__":

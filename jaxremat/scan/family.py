@@ -48,8 +48,8 @@ descendants) whose peak is bound to exceed both the budget and the least peak al
 (:func:`_floor`: the inputs of the checkpointed top-level pieces, stored when the loss
 runs, plus the margin) is not costed: it can neither be chosen nor be the least peak that
 an infeasible budget reports. On a homogeneous chain the search first costs a member only
-when it comes first in the queue, by a lower bound on its time (a one-level member's time
-is counted from its ops, :func:`root_time`; a descendant's is at least its parent's), and
+when it comes first in the queue, by a lower bound on its time (just below its time
+counted from its ops, :func:`member_time`), and
 prunes every member that cannot fit: the same member comes out, with a fraction of the
 simulations (at 50% of a 128-layer chain, most members are slower than the one chosen);
 only when nothing fits is the search run again costing every member, for the least peak.
@@ -78,11 +78,12 @@ import solver
 from solver import Chain, Schedule, make_schedule
 from solver.chain.options import layer_costs
 
-from .members import UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
+from .members import (UNROLL, NestedScan, body_items, family, inner_sizes, pieces, reshaped,
+                      skeleton, solver_plan)
 from .simulate import is_homogeneous, simulate_member
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "solver_plan", "family",
-           "choose", "root_time", "chain_options", "loop_margin", "Choice", "member_schedule",
+           "choose", "member_time", "chain_options", "loop_margin", "Choice", "member_schedule",
            "FamilyInfeasible"]
 
 _PEAK_TOLERANCE = 1e-9  # as solver.solve: the DP and the simulator sum sizes in other orders
@@ -215,28 +216,30 @@ def _floor(chain: Chain, member: NestedScan, margin: Callable[[NestedScan], floa
     return pieces_stored * float(chain.x_size[0]) + margin(below)
 
 
-def root_time(chain: Chain, member: NestedScan) -> float:
-    """The simulated time of ``member`` (at most one level) on the homogeneous ``chain``,
-    counted instead of simulated: every op's time is its layer's (``solver.apply_op``), so
-    it is a sum over the ops. The checkpointed layers ``C`` run ``F_ck`` / ``F_none`` once
-    (``fwd_time``) and, in their segment's backward, ``F_all`` under the member's option
-    (the last of each of the ``m`` segments the tape-only forward, ``fwd_tape_time``, its
-    output's gradient being there); the stored layers run ``F_all`` once; every layer one
-    ``B``. Equals :func:`jaxremat.scan.simulate.simulate_member`'s time up to rounding
-    (tests/test_scan.py)."""
-    L = chain.length
+def member_time(chain: Chain, member: NestedScan) -> float:
+    """The simulated time of ``member`` on the homogeneous ``chain``, counted instead of
+    simulated: every op's time is its layer's (``solver.apply_op``), so it is a sum over
+    the ops of the member's plan. A checkpointed segment runs ``F_ck`` / ``F_none`` on its
+    layers (``fwd_time``), then its body in its backward; a run of stored layers runs
+    ``F_all`` under the member's option and ``B`` on each, its last ``F_all`` the
+    tape-only forward (``fwd_tape_time``) where its output's gradient is already there
+    (the run ends a segment's body). Equals :func:`jaxremat.scan.simulate.simulate_member`'s
+    time up to rounding (tests/test_scan.py)."""
     cost = layer_costs(chain, 0, member.option)
-    sizes = tuple(k for k in member.sizes if k < L)
-    if not sizes:
-        checkpointed, segments = 0, 0
-    elif reshaped(L, sizes):
-        checkpointed, segments = L, L // sizes[0]
-    else:
-        parts = pieces(L, sizes[0])
-        checkpointed, segments = L - parts[-1], len(parts) - 1
-    return (checkpointed * float(chain.fwd_time[0])
-            + (L - segments) * cost.fwd_time + segments * cost.fwd_tape_time
-            + L * cost.bwd_time)
+    forward = float(chain.fwd_time[0])
+
+    def total(items: list[tuple], gradient_after: bool) -> float:
+        time = 0.0
+        for item in items:
+            n = item[2] - item[1]
+            if item[0] == "run":
+                last = cost.fwd_tape_time if gradient_after and item is items[-1] else cost.fwd_time
+                time += (n - 1) * cost.fwd_time + last + n * cost.bwd_time
+            else:
+                time += n * forward + total(body_items(item), True)
+        return time
+
+    return total(skeleton(0, chain.length, member.sizes, member.option), False)
 
 
 def choose(chain: Chain, budget: float, *, max_levels: int = 2,
@@ -268,11 +271,11 @@ def choose(chain: Chain, budget: float, *, max_levels: int = 2,
 def _search(search: _Search, budget: float, max_levels: int, lazy: bool) -> Choice | None:
     """Best-first search (module docstring) for the fastest member that fits, or ``None``.
 
-    ``lazy`` (homogeneous chains): a member is queued with a lower bound on its time
-    (just below :func:`root_time` for a root, below its parent's time for a descendant) and costed
-    only when it comes first, and members that cannot fit are pruned whatever their peak:
-    the member returned is the same (costed members leave the queue in the same order),
-    but the least peak is not known when nothing fits. Otherwise every member is costed
+    ``lazy`` (homogeneous chains): a member is queued with a lower bound on its time (just
+    below :func:`member_time`) and costed only when it comes first, and members that
+    cannot fit are pruned whatever their peak: the member returned is the same (costed
+    members leave the queue in the same order), but the least peak is not known when
+    nothing fits. Otherwise every member is costed
     when queued and pruned only when it cannot fit *and* cannot have the least peak, so
     that ``search.min_peak`` is the family's least peak when ``None`` is returned."""
     chain, margin = search.chain, search.margin
@@ -290,7 +293,7 @@ def _search(search: _Search, budget: float, max_levels: int, lazy: bool) -> Choi
         if root.sizes and hopeless(root, 0):
             continue  # neither it nor a descendant fits or has less peak than one costed
         if lazy:  # a bound just below the time: ties are costed, then ranked by peak
-            search.push_lazily(root, root_time(chain, root) * (1 - 1e-9))
+            search.push_lazily(root, member_time(chain, root) * (1 - 1e-9))
         else:
             search.push(root)
     while search.heap:
@@ -305,8 +308,9 @@ def _search(search: _Search, budget: float, max_levels: int, lazy: bool) -> Choi
                 continue  # no descendant fits, none has less peak than one already costed
             for k in inner_sizes(member.sizes[-1]):
                 child = NestedScan(member.sizes + (k,), member.option)
-                if lazy:  # a descendant is never faster than its parent (module docstring)
-                    search.push_lazily(child, time * (1 - 1e-9))
+                if lazy:
+                    if not hopeless(child, 0):
+                        search.push_lazily(child, member_time(chain, child) * (1 - 1e-9))
                 else:
                     search.push(child)
     return None
