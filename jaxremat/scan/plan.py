@@ -146,7 +146,8 @@ class ScanPlan:
             f"costs={self.costs!r}" + (f", vmap batch {self.batch_size}" if self.batch_size > 1
                                        else ""),
             f"  budget          {format_bytes(self.budget)} ({self.budget} bytes)",
-            f"  nested scans    {self.member}",
+            f"  nested scans    {self.member}" + (f" (inner runs of <= {self.unroll} layers "
+                                                      f"unrolled)" if self.unroll else ""),
         ] + [f"    {line}" for line in self.levels()] + [
             f"  predicted peak  {format_bytes(self.predicted_peak)} "
             f"({self.predicted_peak / self.budget:.0%} of budget, of which loop margin "
