@@ -17,6 +17,7 @@ import solver
 from jaxremat.scan.remat import program_size
 from jaxremat.scan.family import (NestedScan, chain_options, choose, family, member_schedule,
                                   loop_margin, member_time, solver_plan)
+from jaxremat.scan.family import _Search as family_state, _search as family_search
 from jaxremat.scan.simulate import simulate_member
 from solver import Chain, Layer
 from solver.chain.options import LayerOptions
@@ -219,6 +220,9 @@ def test_choice_is_the_best_member_by_brute_force(L, fwd, tape, bwd, x, extra, t
     best = min(fits, key=lambda s: (s.time, s.peak))
     got = choose(chain, budget, max_levels=2)
     assert got.schedule.peak <= budget * (1 + 1e-9)
+    # the lazy search (members costed when they come first) picks what costing all does
+    assert got.member == family_search(family_state(chain, lambda m: 0.0, None), budget, 2,
+                                       lazy=False).member
     assert got.schedule.time == pytest.approx(best.time, rel=1e-12)
     # a descendant (one more level) is never faster: the bound the search prunes with
     for m, s in zip(members, schedules):
