@@ -78,8 +78,7 @@ import solver
 from solver import Chain, Schedule, make_schedule
 from solver.chain.options import layer_costs
 
-from .members import (UNROLL, NestedScan, body_items, family, inner_sizes, pieces, reshaped,
-                      skeleton, solver_plan)
+from .members import UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
 from .simulate import is_homogeneous, simulate_member
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "solver_plan", "family",
@@ -228,18 +227,25 @@ def member_time(chain: Chain, member: NestedScan) -> float:
     cost = layer_costs(chain, 0, member.option)
     forward = float(chain.fwd_time[0])
 
-    def total(items: list[tuple], gradient_after: bool) -> float:
-        time = 0.0
-        for item in items:
-            n = item[2] - item[1]
-            if item[0] == "run":
-                last = cost.fwd_tape_time if gradient_after and item is items[-1] else cost.fwd_time
-                time += (n - 1) * cost.fwd_time + last + n * cost.bwd_time
-            else:
-                time += n * forward + total(body_items(item), True)
-        return time
+    def run(n: int, sizes: tuple[int, ...], top: bool, gradient_after: bool) -> float:
+        """Layers ``n`` under ``sizes`` (:func:`jaxremat.scan.members.skeleton`'s cuts)."""
+        while sizes and sizes[0] >= n:
+            sizes = sizes[1:]
+        if not sizes:
+            last = cost.fwd_tape_time if gradient_after else cost.fwd_time
+            return (n - 1) * cost.fwd_time + last + n * cost.bwd_time
+        if top and reshaped(n, sizes):
+            return n // sizes[0] * segment(sizes[0], sizes[1:])
+        parts = pieces(n, sizes[0])
+        head = parts[:-1]  # a remainder and pieces of sizes[0]: two lengths at most
+        return (sum(head.count(part) * segment(part, sizes[1:]) for part in sorted(set(head)))
+                + run(parts[-1], sizes[1:], False, gradient_after))
 
-    return total(skeleton(0, chain.length, member.sizes, member.option), False)
+    def segment(n: int, sizes: tuple[int, ...]) -> float:
+        """A checkpointed segment: its forward without tapes, then its body."""
+        return n * forward + run(n, sizes, False, True)
+
+    return run(chain.length, member.sizes, True, False)
 
 
 def choose(chain: Chain, budget: float, *, max_levels: int = 2,
