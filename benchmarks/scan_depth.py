@@ -20,8 +20,8 @@ Flops are counted on the gradient's jaxpr (``jaxremat.measure.dataflow.equation_
 a scan body times its length): ``Lowered.cost_analysis()`` counts a loop body once, whatever
 its trip count (a plain scan of 8 or 32 layers reports the same flops). CPU figures: XLA's
 CPU compiler undoes remat, so memory is the meter's, never XLA's.
-    python benchmarks/scan_depth.py [--quick]
-    python benchmarks/scan_depth.py --least [--unroll 0] [--block gpt] [--depths 32,64,128]
+    python benchmarks/scan_depth.py [--quick] [--first]
+    python benchmarks/scan_depth.py --least [--unroll 0|2|auto] [--block gpt] [--depths 32,64,128]
     python benchmarks/scan_depth.py --gpt [--gpt-shape 24,512,8,8,256] [--device-columns on]
 
 ``--gpt`` measures instead a GPT-2-style decoder of 24 blocks (``policies.py``'s
@@ -137,7 +137,7 @@ def memory(fn, params, x):
     return jaxremat.activation_memory(loss_of(fn), params, x)
 
 
-def least_budget(params, x, costs="static", unroll=2, layer=block):
+def least_budget(params, x, costs="static", unroll="auto", layer=block):
     """The smallest budget remat_scan names (its InfeasibleBudget at one byte)."""
     try:
         jaxremat.remat_scan(layer, 1, costs=costs, unroll=unroll).plan(params, x)
@@ -157,7 +157,9 @@ def at_least(budget, params, x):
         return (lambda: jaxremat.remat_scan(block, least)), "min"
 
 
-def depth_table(depths):
+def depth_table(depths, first_only=False):
+    """The compile table (module docstring, 1.); ``first_only``: only the scan with
+    ``nothing_saveable`` and remat_scan at 50% (first call, new plan, cached plan)."""
     print("L    method                 compile s   equations   / scan+nothing_saveable   "
           "(CPU s, least of %d; remat_scan at 50%%, or at its smallest budget where 50%% "
           "does not fit: 'min'; and at its smallest budget; 'first': layer profiled and plan "
@@ -167,15 +169,21 @@ def depth_table(depths):
         rows = [("scan", scanned(), None, False),
                 ("scan+nothing_saveable", scanned("nothing_saveable"), None, False),
                 ("scan+dots_saveable", scanned("dots_saveable"), None, False)]
-        for make, used in (at_least("50%", params, x),
-                           (lambda least=least_budget(params, x): jaxremat.remat_scan(block, least),
-                            "min")):
+        makes = [at_least("50%", params, x)]
+        if not first_only:
+            makes.append((lambda least=least_budget(params, x): jaxremat.remat_scan(block, least),
+                          "min"))
+        for make, used in makes:
             cached = make()
             cached.plan(params, x)
             rows += [(f"remat_scan {used} first", cached, make, True),
                      (f"remat_scan {used} new plan", cached, make, False),
                      (f"remat_scan {used} cached", cached, None, False)]
-        rows.append(("remat_sequence 50%", unrolled(L), None, False))
+        if first_only:
+            rows = [row for row in rows if row[0] == "scan+nothing_saveable"
+                    or row[0].startswith("remat_scan")]
+        else:
+            rows.append(("remat_sequence 50%", unrolled(L), None, False))
         base = None
         for name, fn, fresh, first in rows:
             if name.startswith("remat_sequence") and L > 64:
@@ -237,7 +245,7 @@ def least_table(depths, unroll, kind="mlp"):
         least = least_budget(params, x, unroll=unroll, layer=layer)
         f = jaxremat.remat_scan(layer, least, unroll=unroll)
         plan = f.plan(params, x)
-        member = f"{plan.member} ({plan.option_name})"
+        member = f"{plan.member} ({plan.option_name}), unroll {plan.unroll}"
         mem = memory(f, params, x)
         print(f"{L:<4} {member:<48} {least:>9} {mem:>12} "
               f"{mem / memory(scanned('nothing_saveable', layer), params, x):>14.3f} "
@@ -304,16 +312,21 @@ def gpt_table(shape, gpu):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="L in {8, 16, 32} only")
+    parser.add_argument("--first", action="store_true",
+                        help="only the compile rows of remat_scan at 50%% (first call, new "
+                             "plan, cached) and of the scan with nothing_saveable")
     parser.add_argument("--gpt", action="store_true", help="the scanned 24-block GPT table only")
     parser.add_argument("--least", action="store_true",
                         help="only remat_scan at its least budget: member, memory, compile")
-    parser.add_argument("--unroll", type=int, default=2,
-                        help="with --least: remat_scan's unroll (0: every run scanned)")
+    parser.add_argument("--unroll", type=lambda s: s if s == "auto" else int(s), default="auto",
+                        help="with --least: remat_scan's unroll ('auto', the default: chosen "
+                             "from the block's size; 0: every run scanned; 2: runs of <= 2 "
+                             "layers unrolled)")
     parser.add_argument("--block", choices=("mlp", "gpt"), default="mlp",
                         help="with --least: the residual MLP block, or a GPT-2 block")
     parser.add_argument("--depths", default=None,
                         type=lambda s: tuple(int(v) for v in s.split(",")),
-                        help="with --least: the depths L (default 8,16,32,64)")
+                        help="the depths L (default 8,16,32,64,128; with --least 8,16,32,64)")
     parser.add_argument("--gpt-shape", default="24,512,8,8,256",
                         type=lambda s: tuple(int(v) for v in s.split(",")),
                         help="depth,width,heads,batch,sequence of --gpt")
@@ -326,15 +339,16 @@ def main():
               f"{jax.__version__}; costs={COSTS!r}")
         gpt_table(args.gpt_shape, gpu)
         return
-    depths = (8, 16, 32) if args.quick else (8, 16, 32, 64, 128)
+    depths = args.depths or ((8, 16, 32) if args.quick else (8, 16, 32, 64, 128))
     if args.least:
         least_table(args.depths or depths[:4], args.unroll, args.block)
         return
     print(f"backend {jax.default_backend()} (memory from the meter, flops counted on the "
           f"jaxpr), JAX {jax.__version__}, width {WIDTH}, batch {BATCH}; budget table with "
           f"costs={COSTS!r}")
-    depth_table(depths)
-    budget_table(depths)
+    depth_table(depths, args.first)
+    if not args.first:
+        budget_table(depths)
 
 
 if __name__ == "__main__":

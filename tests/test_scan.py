@@ -16,7 +16,8 @@ import jaxremat
 import solver
 from jaxremat.scan.remat import program_size
 from jaxremat.scan.family import (NestedScan, chain_options, choose, family, member_schedule,
-                                  loop_margin, solver_plan)
+                                  loop_margin, member_time, solver_plan)
+from jaxremat.scan.family import _Search as family_state, _search as family_search
 from jaxremat.scan.simulate import simulate_member
 from solver import Chain, Layer
 from solver.chain.options import LayerOptions
@@ -219,6 +220,9 @@ def test_choice_is_the_best_member_by_brute_force(L, fwd, tape, bwd, x, extra, t
     best = min(fits, key=lambda s: (s.time, s.peak))
     got = choose(chain, budget, max_levels=2)
     assert got.schedule.peak <= budget * (1 + 1e-9)
+    # the lazy search (members costed when they come first) picks what costing all does
+    assert got.member == family_search(family_state(chain, lambda m: 0.0, None), budget, 2,
+                                       lazy=False).member
     assert got.schedule.time == pytest.approx(best.time, rel=1e-12)
     # a descendant (one more level) is never faster: the bound the search prunes with
     for m, s in zip(members, schedules):
@@ -239,6 +243,8 @@ def test_replayed_simulation_equals_the_simulator(L, fwd, tape, x, extra, tmp, i
         time, peak = simulate_member(chain, member, memo)
         assert time == pytest.approx(exact.time, rel=1e-12)
         assert peak == pytest.approx(exact.peak, rel=1e-12)
+        # the search's lower bound on a member's time is its time
+        assert member_time(chain, member) == pytest.approx(exact.time, rel=1e-12)
 
 
 def test_solver_plan_is_the_nested_scan():
@@ -347,3 +353,40 @@ def test_two_layer_segments_are_unrolled(sizes, scans):
     assert measured <= predicted
     scanned = jaxremat.activation_memory(lambda p, x: jnp.sum(scanning(p, x)), params, x)
     assert measured < scanned if sizes[-1] <= 2 else measured == scanned
+
+
+def deep_layer(p, h):  # 40 equations: "auto" scans its runs
+    for _ in range(10):
+        h = h + 0.1 * jnp.tanh(h * p["a"] + p["b"])
+    return h
+
+
+@pytest.mark.parametrize("fn, unroll, scans", [(scale_layer, 2, 2), (deep_layer, 0, 5)])
+def test_auto_unroll_follows_the_layer_size(fn, unroll, scans):
+    """``unroll="auto"`` (the default) unrolls runs of <= 2 layers for a layer of at most
+    UNROLL_MAX_EQUATIONS jaxpr equations and scans them for a larger one: segments of two
+    layers give 2 loops in the gradient (unrolled) or 5 (inner scans); gradients equal the
+    plain scan's either way, and the measured memory fits the budget."""
+    from jaxremat.scan.members import UNROLL_MAX_EQUATIONS
+
+    params, x = scale_stack(8)
+    one = jax.tree.map(lambda a: a[0], params)
+    equations = program_size(jax.make_jaxpr(fn)(one, x))
+    assert (equations <= UNROLL_MAX_EQUATIONS) == (unroll == 2)
+    f = jaxremat.remat_scan(fn, "100%", policies=())
+    plan = f.plan(params, x)
+    assert plan.unroll == unroll
+    assert plan.measured_peak <= plan.budget
+    f._cache[next(iter(f._cache))] = type(plan)(**{**plan.__dict__, "member": NestedScan((2,))})
+    loss = lambda g: (lambda p, x: jnp.sum(g(p, x) ** 2))
+    assert_close(jax.grad(loss(f), (0, 1))(params, x),
+                 jax.grad(loss(plain(fn)), (0, 1))(params, x))
+    assert _scans(jax.make_jaxpr(jax.grad(loss(f)))(params, x).jaxpr) == scans
+    explicit = jaxremat.remat_scan(fn, "100%", policies=(), unroll=2 - unroll)
+    assert explicit.plan(params, x).unroll == 2 - unroll  # an int overrides the rule
+
+
+@pytest.mark.parametrize("bad", ["yes", "AUTO", -1, True, 1.5, None])
+def test_bad_unroll_names_the_choices(bad):
+    with pytest.raises(ValueError, match="auto.*integer >= 0"):
+        jaxremat.remat_scan(layer, "50%", unroll=bad)

@@ -56,6 +56,7 @@ from flax import nnx
 
 from ..budget import check_budget
 from ..lru import LRU
+from ..scan.members import UNROLL
 from ..scan.remat import RematScan, ScanPlan, remat_scan
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
@@ -214,8 +215,11 @@ def _remat_scan(stack: _Stack, budget: Any, method: str, costs: str, policies: A
     if scan is None:
         layer = shared_function(("scanned", stack.graphdef, stack.impls), lambda: functools.partial(
             _scanned_layer, stack.graphdef, stack.impls))  # one profile per block definition
+        # runs of <= 2 blocks unrolled, not remat_scan's "auto": an NNX block's jaxpr counts
+        # its RNG and state updates (80 equations for tests/test_flax_scanned.py's), and its
+        # whole step measured 0.78x unrolled (benchmarks/RESULTS.md, branch unrollfit)
         scan = _remember(key, remat_scan(layer, budget, method=method, costs=costs,
-                                           policies=policies))
+                                           policies=policies, unroll=UNROLL))
     return scan
 
 

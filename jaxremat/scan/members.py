@@ -12,8 +12,8 @@ from typing import Iterator
 import solver
 from solver import Checkpoint, Layer
 
-__all__ = ["UNROLL", "NestedScan", "pieces", "inner_sizes", "reshaped", "skeleton", "body_items",
-           "solver_plan", "family"]
+__all__ = ["UNROLL", "UNROLL_MAX_EQUATIONS", "auto_unroll", "check_unroll", "NestedScan",
+           "pieces", "inner_sizes", "reshaped", "skeleton", "body_items", "solver_plan", "family"]
 
 
 UNROLL = 2
@@ -23,6 +23,34 @@ one checkpointing level against two for a scan with a policy: segments of two la
 unrolled compiled at 1.3-1.4x the scan with ``nothing_saveable`` against 2.0x as inner scans,
 and held less memory (no loop outputs beside the body); four layers unrolled compiled as
 slowly as the scan (CPU seconds, benchmarks/RESULTS.md)."""
+
+UNROLL_MAX_EQUATIONS = 24
+"""``unroll="auto"`` unrolls runs of at most :data:`UNROLL` layers for a layer whose jaxpr
+has at most this many equations (sub-programs included), and scans them for a larger one.
+An unrolled run puts each of its layers' equations into the segment's body, forward and
+backward; an inner scan costs a few loop bodies whatever the layer. Measured (CPU s of
+trace + compile of the gradient, benchmarks/RESULTS.md, session 13): the residual MLP block
+(6 equations) compiles faster and holds less memory unrolled, the GPT-2 block (89) compiles
+faster and holds less memory scanned. 24 lies between them (about their geometric mean);
+the crossover itself was not measured."""
+
+
+def auto_unroll(equations: int) -> int:
+    """The ``unroll`` that ``unroll="auto"`` takes for a layer of ``equations`` jaxpr
+    equations: :data:`UNROLL` for a small layer, 0 (every run a scan) for a large one
+    (:data:`UNROLL_MAX_EQUATIONS`)."""
+    return UNROLL if equations <= UNROLL_MAX_EQUATIONS else 0
+
+
+def check_unroll(unroll: int | str) -> int | str:
+    """``unroll`` if it is ``"auto"`` or an integer >= 0, else a ``ValueError`` naming both."""
+    if unroll == "auto" and isinstance(unroll, str):
+        return unroll
+    if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 0:
+        raise ValueError(f"unroll must be \"auto\" (chosen from the layer's size) or an "
+                         f"integer >= 0 (runs of at most that many layers unrolled; 0 scans "
+                         f"every run), got {unroll!r}.")
+    return unroll
 
 
 @dataclasses.dataclass(frozen=True)

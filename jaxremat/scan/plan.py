@@ -49,6 +49,8 @@ class ScanPlan:
       measured_peak: :func:`jaxremat.activation_memory` of the gradient of the plan's
         program (the sum of the output as the loss), for the whole batch: what the budget
         was checked against.
+      unroll: inner runs of at most this many layers run unrolled (0: every run a scan),
+        ``remat_scan``'s ``unroll`` or what ``"auto"`` chose for the layer.
     """
 
     member: NestedScan
@@ -61,6 +63,7 @@ class ScanPlan:
     batch_size: int = 1
     loop_margin: float = 0.0
     measured_peak: int = 0
+    unroll: int = 0
 
     @property
     def length(self) -> int:
@@ -143,7 +146,8 @@ class ScanPlan:
             f"costs={self.costs!r}" + (f", vmap batch {self.batch_size}" if self.batch_size > 1
                                        else ""),
             f"  budget          {format_bytes(self.budget)} ({self.budget} bytes)",
-            f"  nested scans    {self.member}",
+            f"  nested scans    {self.member}" + (f" (inner runs of <= {self.unroll} layers "
+                                                      f"unrolled)" if self.unroll else ""),
         ] + [f"    {line}" for line in self.levels()] + [
             f"  predicted peak  {format_bytes(self.predicted_peak)} "
             f"({self.predicted_peak / self.budget:.0%} of budget, of which loop margin "

@@ -52,7 +52,7 @@ from ..sequence.plan import check_settings
 from ..sequence.policies import check_policies
 from ..sequence.profile import profile_sequence
 from .family import FamilyInfeasible, choose, loop_margin, member_schedule
-from .members import UNROLL, NestedScan, pieces, reshaped
+from .members import UNROLL, NestedScan, auto_unroll, check_unroll, pieces, reshaped
 from .plan import ScanPlan, option_policies
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
@@ -112,10 +112,11 @@ def _describe(tree: Any) -> str:
     return str(jax.tree.map(lambda s: f"{s.dtype}{list(s.shape)}", tree))
 
 
-def _check_scannable(layer: Callable, params: Any, x: Any) -> None:
-    """Raise unless ``layer(params, x)`` has the structure, shapes and dtypes of ``x``."""
+def _check_scannable(layer: Callable, params: Any, x: Any) -> int:
+    """Raise unless ``layer(params, x)`` has the structure, shapes and dtypes of ``x``;
+    return the number of equations of its jaxpr (:func:`program_size`)."""
     try:
-        out = jax.eval_shape(layer, params, x)
+        jaxpr, out = jax.make_jaxpr(layer, return_shape=True)(params, x)
     except Exception as error:
         raise ValueError(
             f"remat_scan could not trace layer(params[0], x) on parameters {_describe(params)} "
@@ -132,6 +133,7 @@ def _check_scannable(layer: Callable, params: Any, x: Any) -> None:
             f"jaxremat.remat_sequence([layer_0, layer_1, ...], budget) with one function and "
             f"one parameter pytree per layer."
         )
+    return program_size(jaxpr)
 
 
 def _split(params: Any, lengths: list[int]) -> list[Any]:
@@ -245,7 +247,7 @@ class RematScan:
 
     def __init__(self, layer: Callable, budget: int | float | str, *, method: str = "rotor",
                  costs: str = "static", max_levels: int = 2, policies: Any = None,
-                 unroll: int = UNROLL) -> None:
+                 unroll: int | str = "auto") -> None:
         if not callable(layer):
             raise TypeError(f"layer must be a function layer(params, x) -> y, got "
                             f"{type(layer).__name__}.")
@@ -259,9 +261,7 @@ class RematScan:
         self._layer, self._budget = layer, check_budget(budget)
         self._method, self._costs, self._max_levels = method, costs, max_levels
         self._policies = check_policies(policies) if method == "rotor" else ()
-        if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 0:
-            raise ValueError(f"unroll must be an integer >= 0, got {unroll!r}.")
-        self._unroll = unroll
+        self._unroll = check_unroll(unroll)
         self._cache: dict[tuple, ScanPlan] = {}
         self.profile_count = 0
 
@@ -331,7 +331,8 @@ class RematScan:
         if plan is not None:
             return plan
         one = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), abstract_params)
-        _check_scannable(self._layer, one, abstract_x)
+        equations = _check_scannable(self._layer, one, abstract_x)
+        unroll = auto_unroll(equations) if self._unroll == "auto" else self._unroll
         profile = profile_sequence([self._layer] * length, [one] * length, abstract_x,
                                    costs=self._costs, progress=False, input_grad=True,
                                    policies=self._policies)
@@ -339,9 +340,9 @@ class RematScan:
         chain = _whole_inputs(profile.chain)
         param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
         margin = functools.partial(loop_margin, chain, param_bytes=param_bytes / batch,
-                                   unroll=self._unroll)
+                                   unroll=unroll)
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
-                                    option_policies(profile.layers[0]), self._unroll)
+                                    option_policies(profile.layers[0]), unroll)
         if not is_share(self._budget):  # bytes: no need to measure the plain scan
             budget = parse_budget(self._budget)
         else:
@@ -356,7 +357,8 @@ class RematScan:
             ) from None
         plan = ScanPlan(member=member, chain=chain, schedule=schedule, layer=profile.layers[0],
                         budget=budget, method=self._method, costs=self._costs, batch_size=batch,
-                        loop_margin=margin(member), measured_peak=measured * batch)
+                        loop_margin=margin(member), measured_peak=measured * batch,
+                        unroll=unroll)
         self._cache[key] = plan
         return plan
 
@@ -377,7 +379,7 @@ class RematScan:
         """
         plan = self._plan(stacked_params, x)
         return _run(self._layer, plan.member.sizes, stacked_params, x, plan.length,
-                    plan.policy, unroll=self._unroll)
+                    plan.policy, unroll=plan.unroll)
 
     def cache_clear(self) -> None:
         """Forget the cached plans."""
@@ -386,7 +388,7 @@ class RematScan:
 
 def remat_scan(layer: Callable, budget: int | float | str, *, method: str = "rotor",
                costs: str = "static", max_levels: int = 2, policies: Any = None,
-               unroll: int = UNROLL) -> RematScan:
+               unroll: int | str = "auto") -> RematScan:
     """``f(stacked_params, x)``: ``layer`` scanned over parameters stacked on axis 0, with
     the fastest nested-scan rematerialization that fits ``budget`` (module docstring).
 
@@ -406,8 +408,12 @@ def remat_scan(layer: Callable, budget: int | float | str, *, method: str = "rot
         ``dots_saveable``, or checkpointed segments whose layers run under it. Only
         ``method="rotor"`` uses them.
       unroll: inner runs of at most this many layers run unrolled inside the scan over
-        their segments rather than as a nested scan (:data:`jaxremat.scan.members.UNROLL`:
-        fewer loop bodies to compile, less memory); 0 scans every run.
+        their segments rather than as a nested scan (fewer loop bodies to compile, less
+        memory, for a small layer); 0 scans every run. ``"auto"`` (the default) takes
+        :data:`jaxremat.scan.members.UNROLL` (2) for a layer of at most
+        :data:`jaxremat.scan.members.UNROLL_MAX_EQUATIONS` jaxpr equations and 0 for a
+        larger one (:func:`jaxremat.scan.members.auto_unroll`; ``f.plan(...).unroll`` says
+        which).
 
     Returns:
       A :class:`RematScan`, usable under ``jax.jit``, ``jax.grad`` and ``jax.vmap``.
