@@ -177,7 +177,11 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     not reshape the parameters
     (:func:`jaxremat.scan.members.reshaped`) splits them (``lax.split``) and the meter
     counts the pieces and the gradient pieces before their concatenation: twice the
-    parameters it cuts (all ``L`` layers at the top level, a segment's below it).
+    parameters it cuts (all ``L`` layers at the top level, a segment's below it). Under a
+    policy (option >= 1) with at least one level, one layer's parameters more: the meter
+    found up to one weight matrix more than the rest of the margin (segments of two layers,
+    and ``k > 1`` with ``k`` a scan of one-layer pieces; the residual MLP block,
+    ``tests/test_scan_margin.py``).
     Measured on the residual MLP block of ``benchmarks/scan_depth.py``: exact for the plain
     scan (with and without a policy), for one reshaped level and for segments of one layer;
     :meth:`RematScan._fit` takes any excess off the budget and
@@ -191,7 +195,9 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
                  else chain.options.xbar_size[0, member.option])
     if sizes and sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop there
         tape = 0.0
-    split = 0.0
+    # under a policy (option >= 1), the parameter slice a layer's jax.checkpoint saves for
+    # its backward: an input of the layer, which the chain's profile does not count
+    split = param_bytes if member.option and sizes else 0.0
     if sizes and not reshaped(L, sizes):
         split += 2 * L * param_bytes
     if len(sizes) > 1:

@@ -24,15 +24,19 @@ unrolled compiled at 1.3-1.4x the scan with ``nothing_saveable`` against 2.0x as
 and held less memory (no loop outputs beside the body); four layers unrolled compiled as
 slowly as the scan (CPU seconds, benchmarks/RESULTS.md)."""
 
-UNROLL_MAX_EQUATIONS = 24
+UNROLL_MAX_EQUATIONS = 44
 """``unroll="auto"`` unrolls runs of at most :data:`UNROLL` layers for a layer whose jaxpr
 has at most this many equations (sub-programs included), and scans them for a larger one.
 An unrolled run puts each of its layers' equations into the segment's body, forward and
-backward; an inner scan costs a few loop bodies whatever the layer. Measured (CPU s of
-trace + compile of the gradient, benchmarks/RESULTS.md, session 13): the residual MLP block
-(6 equations) compiles faster and holds less memory unrolled, the GPT-2 block (89) compiles
-faster and holds less memory scanned. 24 lies between them (about their geometric mean);
-the crossover itself was not measured."""
+backward; an inner scan costs a few loop bodies whatever the layer. Measured at the least
+budget, L = 32, 64, 128 (CPU s of trace + compile of the gradient over the scan with
+``nothing_saveable``, and the meter's memory; benchmarks/RESULTS.md, session 14, blocks of
+``benchmarks/scan_depth.py``): where the two settings run different members, unrolled runs
+compile faster *and* hold less memory for layers of 6, 14 and 31 equations (residual MLPs,
+a pre-LayerNorm GELU MLP; 1.46-1.62x against 1.83-2.01x where the member is segments of
+two), compile slower (1.87x against 1.67x, 12%) but hold 3.5% less for 62 equations (two
+such MLPs), and are worse on both for the GPT-2 block (89). The crossover lies between 31
+and 62 equations: 44 is their geometric mean."""
 
 
 def auto_unroll(equations: int) -> int:
