@@ -23,6 +23,7 @@ CPU compiler undoes remat, so memory is the meter's, never XLA's.
     python benchmarks/scan_depth.py [--quick] [--first]
     python benchmarks/scan_depth.py --least [--unroll 0|2|auto] [--block mlp3|lnmlp|lnmlp2|gpt]
         [--at least|25%] [--depths 32,64,128]
+    python benchmarks/scan_depth.py --crossover [--block all|mlp,lnmlp,...] [--depths 32]
     python benchmarks/scan_depth.py --gpt [--gpt-shape 24,512,8,8,256] [--device-columns on]
 
 ``--gpt`` measures instead a GPT-2-style decoder of 24 blocks (``policies.py``'s
@@ -316,6 +317,43 @@ def least_table(depths, unroll, kind="mlp", at="least"):
               f"{compile_seconds(f, params, x) / base:>9.2f}", flush=True)
 
 
+def crossover_table(depths, kinds, rounds=2):
+    """Where ``unroll="auto"``'s threshold lies: one member, segments of two layers (the
+    layers under option 1, e.g. ``dots_saveable``, where the block has it), run with its
+    two-layer runs unrolled (``unroll=2``) and as inner scans (``unroll=0``), per block:
+    the block's jaxpr equations, compile CPU s over the scan with ``nothing_saveable`` (the
+    least of ``rounds`` x ``REPEATS``, the two settings alternating) and measured memory."""
+    from jaxremat.scan.plan import option_policies
+    from jaxremat.scan.remat import _run
+
+    print("block    eqns  L    option                 compile x: unroll 2  unroll 0   "
+          "memory / nothing: unroll 2  unroll 0")
+    for kind in kinds:
+        for L in depths:
+            if kind == "gpt":
+                layer, params, x = gpt_stack(L, 128, 4, 4, 64)
+            else:
+                layer, make = BLOCKS[kind]
+                params, x = make(L), jnp.ones((BATCH, WIDTH))
+            one = jax.tree.map(lambda a: a[0], params)
+            equations = program_size(jax.make_jaxpr(layer)(one, x))
+            plan = jaxremat.remat_scan(layer, "100%").plan(params, x)
+            policies = option_policies(plan.layer)
+            option = min(1, len(policies) - 1)
+            fns = {u: (lambda p, h, u=u: _run(layer, (2,), p, h, L, policies[option], unroll=u))
+                   for u in (2, 0)}
+            nothing = scanned("nothing_saveable", layer)
+            base, best = float("inf"), {2: float("inf"), 0: float("inf")}
+            for _ in range(rounds):
+                base = min(base, compile_seconds(nothing, params, x))
+                for u, fn in fns.items():
+                    best[u] = min(best[u], compile_seconds(fn, params, x))
+            mem = {u: memory(fn, params, x) / memory(nothing, params, x) for u, fn in fns.items()}
+            name = plan.layer.options[option - 1].name if option else "everything"
+            print(f"{kind:<8} {equations:>4}  {L:<4} {name:<22} {best[2] / base:>17.2f} "
+                  f"{best[0] / base:>9.2f}   {mem[2]:>24.3f} {mem[0]:>9.3f}", flush=True)
+
+
 def gpt_stack(depth, width, heads, batch, seq):
     """The GPT-2 block (``policies.gpt2_block`` with ``heads`` heads), ``depth`` blocks'
     parameters stacked on axis 0, and a batch of embeddings."""
@@ -380,13 +418,16 @@ def main():
                         help="only the compile rows of remat_scan at 50%% (first call, new "
                              "plan, cached) and of the scan with nothing_saveable")
     parser.add_argument("--gpt", action="store_true", help="the scanned 24-block GPT table only")
+    parser.add_argument("--crossover", action="store_true",
+                        help="segments of two layers with unroll 2 and 0 on each --block "
+                             "(comma-separated; default all): compile and memory")
     parser.add_argument("--least", action="store_true",
                         help="only remat_scan at its least budget: member, memory, compile")
     parser.add_argument("--unroll", type=lambda s: s if s == "auto" else int(s), default="auto",
                         help="with --least: remat_scan's unroll ('auto', the default: chosen "
                              "from the block's size; 0: every run scanned; 2: runs of <= 2 "
                              "layers unrolled)")
-    parser.add_argument("--block", choices=(*BLOCKS, "gpt"), default="mlp",
+    parser.add_argument("--block", default="mlp",
                         help="with --least: the residual MLP block (6 jaxpr equations), one "
                              "of 3 hidden layers (mlp3: 14), a pre-LayerNorm GELU MLP (lnmlp: "
                              "31), two of them (lnmlp2: 62), or a GPT-2 block (gpt: 89)")
@@ -409,6 +450,15 @@ def main():
         gpt_table(args.gpt_shape, gpu)
         return
     depths = args.depths or ((8, 16, 32) if args.quick else (8, 16, 32, 64, 128))
+    kinds = args.block.split(",")
+    if any(k not in (*BLOCKS, "gpt", "all") for k in kinds) or (len(kinds) > 1
+                                                              and not args.crossover):
+        parser.error(f"--block: one of {', '.join((*BLOCKS, 'gpt'))} (a comma-separated list "
+                     f"or 'all' with --crossover), got {args.block!r}")
+    if args.crossover:
+        kinds = (*BLOCKS, "gpt") if args.block == "all" else args.block.split(",")
+        crossover_table(args.depths or (32,), kinds)
+        return
     if args.least:
         least_table(args.depths or depths[:4], args.unroll, args.block, args.at)
         return

@@ -173,8 +173,7 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     layer's tape under the member's option (none when every segment is one layer in one
     scan, ``jax.checkpoint`` per layer, where the carry alone is counted twice: ``x``; and
     none when the innermost runs are unrolled, of at most ``unroll`` layers: no loop
-    there; exact for segments of two, an upper bound below more levels). A level that does
-    not reshape the parameters
+    there). A level that does not reshape the parameters
     (:func:`jaxremat.scan.members.reshaped`) splits them (``lax.split``) and the meter
     counts the pieces and the gradient pieces before their concatenation: twice the
     parameters it cuts (all ``L`` layers at the top level, a segment's below it). Under a
@@ -183,9 +182,14 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     and ``k > 1`` with ``k`` a scan of one-layer pieces; the residual MLP block,
     ``tests/test_scan_margin.py``).
     Measured on the residual MLP block of ``benchmarks/scan_depth.py``: exact for the plain
-    scan (with and without a policy), for one reshaped level and for segments of one layer;
-    :meth:`RematScan._fit` takes any excess off the budget and
-    chooses again."""
+    scan (with and without a policy; JAX 0.10), for one reshaped level and for segments of
+    one layer; an upper bound on every member of one or two levels of small families
+    (``tests/test_scan_margin.py``). Below two levels it is loose: the meter's peak, in
+    the innermost backward, finds part of what each level adds freed (``8 > 2`` on that
+    block under ``dots_saveable``: one activation, one bias and one layer's parameters
+    over, 98816 B at width 64; a pre-LayerNorm MLP block, whole tapes: 134400 B),
+    so the least budget named is the measured peak (:meth:`RematScan._fit`), which also
+    takes any excess of the meter over the prediction off the budget and chooses again."""
     x = float(chain.x_size[0])
     L = chain.length
     sizes = tuple(k for k in member.sizes if k < L)

@@ -28,15 +28,15 @@ UNROLL_MAX_EQUATIONS = 44
 """``unroll="auto"`` unrolls runs of at most :data:`UNROLL` layers for a layer whose jaxpr
 has at most this many equations (sub-programs included), and scans them for a larger one.
 An unrolled run puts each of its layers' equations into the segment's body, forward and
-backward; an inner scan costs a few loop bodies whatever the layer. Measured at the least
-budget, L = 32, 64, 128 (CPU s of trace + compile of the gradient over the scan with
-``nothing_saveable``, and the meter's memory; benchmarks/RESULTS.md, session 14, blocks of
-``benchmarks/scan_depth.py``): where the two settings run different members, unrolled runs
-compile faster *and* hold less memory for layers of 6, 14 and 31 equations (residual MLPs,
-a pre-LayerNorm GELU MLP; 1.46-1.62x against 1.83-2.01x where the member is segments of
-two), compile slower (1.87x against 1.67x, 12%) but hold 3.5% less for 62 equations (two
-such MLPs), and are worse on both for the GPT-2 block (89). The crossover lies between 31
-and 62 equations: 44 is their geometric mean."""
+backward; an inner scan costs a few loop bodies whatever the layer. Measured on one member,
+segments of two layers under ``dots_saveable``, at L = 32 and 64 (``benchmarks/scan_depth.py
+--crossover``; CPU s of trace + compile of the gradient over the scan with
+``nothing_saveable``; benchmarks/RESULTS.md, session 14): unrolled runs compile at 0.66-0.76x
+the inner scans' time for layers of 6 and 14 equations (residual MLPs), at 0.97-1.02x for 31
+(a pre-LayerNorm GELU MLP: the crossover), at 1.15-1.21x for 62 (two of them), and hold
+3-9% less memory throughout. 44 is the geometric mean of 31 and 62. (The GPT-2 block, 89
+equations, compiled alike both ways at L = 32: the count is a proxy for compile work, not
+a measure of it.)"""
 
 
 def auto_unroll(equations: int) -> int:
