@@ -34,7 +34,7 @@ segments of two layers under ``dots_saveable``, at L = 32 and 64 (``benchmarks/s
 ``nothing_saveable``; benchmarks/RESULTS.md, session 14): unrolled runs compile at 0.66-0.76x
 the inner scans' time for layers of 6 and 14 equations (residual MLPs), at 0.97-1.02x for 31
 (a pre-LayerNorm GELU MLP: the crossover), at 1.15-1.21x for 62 (two of them), and hold
-3-9% less memory throughout. 44 is the geometric mean of 31 and 62. (The GPT-2 block, 89
+2-9% less memory throughout. 44 is the geometric mean of 31 and 62. (The GPT-2 block, 89
 equations, compiled alike both ways at L = 32: the count is a proxy for compile work, not
 a measure of it.)"""
 

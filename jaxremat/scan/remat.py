@@ -343,8 +343,10 @@ class RematScan:
         self.profile_count += 1
         chain = _whole_inputs(profile.chain)
         param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
+        leaf_bytes = max((math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one)),
+                         default=0)
         margin = functools.partial(loop_margin, chain, param_bytes=param_bytes / batch,
-                                   unroll=unroll)
+                                   unroll=unroll, leaf_bytes=leaf_bytes / batch)
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
                                     option_policies(profile.layers[0]), unroll)
         if not is_share(self._budget):  # bytes: no need to measure the plain scan
