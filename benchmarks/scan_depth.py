@@ -21,7 +21,9 @@ a scan body times its length): ``Lowered.cost_analysis()`` counts a loop body on
 its trip count (a plain scan of 8 or 32 layers reports the same flops). CPU figures: XLA's
 CPU compiler undoes remat, so memory is the meter's, never XLA's.
     python benchmarks/scan_depth.py [--quick] [--first]
-    python benchmarks/scan_depth.py --least [--unroll 0|2|auto] [--block gpt] [--depths 32,64,128]
+    python benchmarks/scan_depth.py --least [--unroll 0|2|auto] [--block mlp3|lnmlp|lnmlp2|gpt]
+        [--at least|25%] [--depths 32,64,128]
+    python benchmarks/scan_depth.py --crossover [--block all|mlp,lnmlp,...] [--depths 32]
     python benchmarks/scan_depth.py --gpt [--gpt-shape 24,512,8,8,256] [--device-columns on]
 
 ``--gpt`` measures instead a GPT-2-style decoder of 24 blocks (``policies.py``'s
@@ -65,6 +67,58 @@ POLICIES = ("nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveab
 
 def block(p, h):
     return h + jnp.tanh(h @ p["w1"] + p["b"]) @ p["w2"]
+
+
+def mlp3_block(p, h):
+    """A residual MLP with three hidden tanh layers (14 jaxpr equations)."""
+    z = jnp.tanh(h @ p["w1"] + p["b1"])
+    z = jnp.tanh(z @ p["w2"] + p["b2"])
+    z = jnp.tanh(z @ p["w3"] + p["b3"])
+    return h + z @ p["w4"]
+
+
+def layer_norm(h, scale, bias, eps=1e-5):
+    mean = h.mean(-1, keepdims=True)
+    var = ((h - mean) ** 2).mean(-1, keepdims=True)
+    return (h - mean) * jax.lax.rsqrt(var + eps) * scale + bias
+
+
+def ln_mlp_block(p, h):
+    """A transformer's MLP sub-block: pre-LayerNorm, a 4x GELU MLP, the residual (31 jaxpr
+    equations)."""
+    z = jax.nn.gelu(layer_norm(h, p["g"], p["beta"]) @ p["w1"] + p["b1"])
+    return h + z @ p["w2"] + p["b2"]
+
+
+def ln_mlp2_block(p, h):
+    """Two pre-LayerNorm MLP sub-blocks (:func:`ln_mlp_block`) as one layer (62 equations)."""
+    return ln_mlp_block(p["b"], ln_mlp_block(p["a"], h))
+
+
+def _normal(key, shape):
+    return jax.random.normal(key, shape) / np.sqrt(shape[-2])
+
+
+def mlp3_stack(L):
+    keys = jax.random.split(jax.random.PRNGKey(1), 4)
+    params = {f"w{i + 1}": _normal(keys[i], (L, WIDTH, WIDTH)) for i in range(4)}
+    params.update({f"b{i + 1}": jnp.zeros((L, WIDTH)) for i in range(3)})
+    return params
+
+
+def ln_mlp_stack(L, seed=2):
+    k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
+    return {"g": jnp.ones((L, WIDTH)), "beta": jnp.zeros((L, WIDTH)),
+            "w1": _normal(k1, (L, WIDTH, 4 * WIDTH)), "b1": jnp.zeros((L, 4 * WIDTH)),
+            "w2": _normal(k2, (L, 4 * WIDTH, WIDTH)), "b2": jnp.zeros((L, WIDTH))}
+
+
+BLOCKS = {  # --block: the layer and its stacked parameters for L layers, at width WIDTH
+    "mlp": (block, lambda L: stack(L)),
+    "mlp3": (mlp3_block, mlp3_stack),
+    "lnmlp": (ln_mlp_block, ln_mlp_stack),
+    "lnmlp2": (ln_mlp2_block, lambda L: {"a": ln_mlp_stack(L, 2), "b": ln_mlp_stack(L, 3)}),
+}
 
 
 def stack(L):
@@ -229,27 +283,75 @@ def budget_table(depths):
                   f"{plan.gap_to_rotor:+.1%}]")
 
 
-def least_table(depths, unroll, kind="mlp"):
-    """remat_scan (inner runs of at most ``unroll`` layers unrolled) at its least budget: the
-    member, the budget, measured memory and compile CPU seconds (plan cached) over the scan
-    with ``nothing_saveable``; ``kind`` "mlp" (the residual MLP block) or "gpt" (a GPT-2
-    block of width 128, 4 heads, batch 4 of 64 tokens: a block with ten times the operations)."""
-    print(f"block {kind}: L    member at the least budget                       budget B   "
-          "measured B  mem / nothing  compile x")
+def least_table(depths, unroll, kind="mlp", at="least"):
+    """remat_scan (inner runs of at most ``unroll`` layers unrolled) at its least budget
+    (``at="least"``) or at the share ``at`` of the plain scan's memory: the member, the
+    budget, measured memory and compile CPU seconds (plan cached) over the scan with
+    ``nothing_saveable``; ``kind`` a key of :data:`BLOCKS` (the residual MLP block of 6
+    jaxpr equations, one of 3 hidden layers (14), a pre-LayerNorm GELU MLP sub-block (31),
+    two of them (62)) or "gpt" (a GPT-2 block of width 128, 4 heads, batch 4 of 64 tokens:
+    89 equations)."""
+    print(f"block {kind} at {at}: L    member                                     "
+          "budget B   measured B  mem / nothing  compile x")
     for L in depths:
         if kind == "gpt":
             layer, params, x = gpt_stack(L, 128, 4, 4, 64)
         else:
-            layer, params, x = block, stack(L), jnp.ones((BATCH, WIDTH))
+            layer, make = BLOCKS[kind]
+            params, x = make(L), jnp.ones((BATCH, WIDTH))
         base = compile_seconds(scanned("nothing_saveable", layer), params, x)
-        least = least_budget(params, x, unroll=unroll, layer=layer)
-        f = jaxremat.remat_scan(layer, least, unroll=unroll)
-        plan = f.plan(params, x)
+        if at == "least":
+            budget = least_budget(params, x, unroll=unroll, layer=layer)
+        else:
+            budget = at
+        f = jaxremat.remat_scan(layer, budget, unroll=unroll)
+        try:
+            plan = f.plan(params, x)
+        except solver.InfeasibleBudget as error:
+            print(f"{L:<4} infeasible at {at} (needs {error.min_budget:.0f})", flush=True)
+            continue
         member = f"{plan.member} ({plan.option_name}), unroll {plan.unroll}"
         mem = memory(f, params, x)
-        print(f"{L:<4} {member:<48} {least:>9} {mem:>12} "
+        print(f"{L:<4} {member:<48} {plan.budget:>9} {mem:>12} "
               f"{mem / memory(scanned('nothing_saveable', layer), params, x):>14.3f} "
               f"{compile_seconds(f, params, x) / base:>9.2f}", flush=True)
+
+
+def crossover_table(depths, kinds, rounds=2):
+    """Where ``unroll="auto"``'s threshold lies: one member, segments of two layers (the
+    layers under option 1, e.g. ``dots_saveable``, where the block has it), run with its
+    two-layer runs unrolled (``unroll=2``) and as inner scans (``unroll=0``), per block:
+    the block's jaxpr equations, compile CPU s over the scan with ``nothing_saveable`` (the
+    least of ``rounds`` x ``REPEATS``, the two settings alternating) and measured memory."""
+    from jaxremat.scan.plan import option_policies
+    from jaxremat.scan.remat import _run
+
+    print("block    eqns  L    option                 compile x: unroll 2  unroll 0   "
+          "memory / nothing: unroll 2  unroll 0")
+    for kind in kinds:
+        for L in depths:
+            if kind == "gpt":
+                layer, params, x = gpt_stack(L, 128, 4, 4, 64)
+            else:
+                layer, make = BLOCKS[kind]
+                params, x = make(L), jnp.ones((BATCH, WIDTH))
+            one = jax.tree.map(lambda a: a[0], params)
+            equations = program_size(jax.make_jaxpr(layer)(one, x))
+            plan = jaxremat.remat_scan(layer, "100%").plan(params, x)
+            policies = option_policies(plan.layer)
+            option = min(1, len(policies) - 1)
+            fns = {u: (lambda p, h, u=u: _run(layer, (2,), p, h, L, policies[option], unroll=u))
+                   for u in (2, 0)}
+            nothing = scanned("nothing_saveable", layer)
+            base, best = float("inf"), {2: float("inf"), 0: float("inf")}
+            for _ in range(rounds):
+                base = min(base, compile_seconds(nothing, params, x))
+                for u, fn in fns.items():
+                    best[u] = min(best[u], compile_seconds(fn, params, x))
+            mem = {u: memory(fn, params, x) / memory(nothing, params, x) for u, fn in fns.items()}
+            name = plan.layer.options[option - 1].name if option else "everything"
+            print(f"{kind:<8} {equations:>4}  {L:<4} {name:<22} {best[2] / base:>17.2f} "
+                  f"{best[0] / base:>9.2f}   {mem[2]:>24.3f} {mem[0]:>9.3f}", flush=True)
 
 
 def gpt_stack(depth, width, heads, batch, seq):
@@ -316,14 +418,22 @@ def main():
                         help="only the compile rows of remat_scan at 50%% (first call, new "
                              "plan, cached) and of the scan with nothing_saveable")
     parser.add_argument("--gpt", action="store_true", help="the scanned 24-block GPT table only")
+    parser.add_argument("--crossover", action="store_true",
+                        help="segments of two layers with unroll 2 and 0 on each --block "
+                             "(comma-separated; default all): compile and memory")
     parser.add_argument("--least", action="store_true",
                         help="only remat_scan at its least budget: member, memory, compile")
     parser.add_argument("--unroll", type=lambda s: s if s == "auto" else int(s), default="auto",
                         help="with --least: remat_scan's unroll ('auto', the default: chosen "
                              "from the block's size; 0: every run scanned; 2: runs of <= 2 "
                              "layers unrolled)")
-    parser.add_argument("--block", choices=("mlp", "gpt"), default="mlp",
-                        help="with --least: the residual MLP block, or a GPT-2 block")
+    parser.add_argument("--block", default="mlp",
+                        help="with --least: the residual MLP block (6 jaxpr equations), one "
+                             "of 3 hidden layers (mlp3: 14), a pre-LayerNorm GELU MLP (lnmlp: "
+                             "31), two of them (lnmlp2: 62), or a GPT-2 block (gpt: 89)")
+    parser.add_argument("--at", default="least",
+                        help="with --least: the budget, 'least' (the default: the least "
+                             "budget remat_scan names) or a share such as 25%%")
     parser.add_argument("--depths", default=None,
                         type=lambda s: tuple(int(v) for v in s.split(",")),
                         help="the depths L (default 8,16,32,64,128; with --least 8,16,32,64)")
@@ -340,8 +450,17 @@ def main():
         gpt_table(args.gpt_shape, gpu)
         return
     depths = args.depths or ((8, 16, 32) if args.quick else (8, 16, 32, 64, 128))
+    kinds = args.block.split(",")
+    if any(k not in (*BLOCKS, "gpt", "all") for k in kinds) or (len(kinds) > 1
+                                                              and not args.crossover):
+        parser.error(f"--block: one of {', '.join((*BLOCKS, 'gpt'))} (a comma-separated list "
+                     f"or 'all' with --crossover), got {args.block!r}")
+    if args.crossover:
+        kinds = (*BLOCKS, "gpt") if args.block == "all" else args.block.split(",")
+        crossover_table(args.depths or (32,), kinds)
+        return
     if args.least:
-        least_table(args.depths or depths[:4], args.unroll, args.block)
+        least_table(args.depths or depths[:4], args.unroll, args.block, args.at)
         return
     print(f"backend {jax.default_backend()} (memory from the meter, flops counted on the "
           f"jaxpr), JAX {jax.__version__}, width {WIDTH}, batch {BATCH}; budget table with "

@@ -355,13 +355,21 @@ def test_two_layer_segments_are_unrolled(sizes, scans):
     assert measured < scanned if sizes[-1] <= 2 else measured == scanned
 
 
-def deep_layer(p, h):  # 40 equations: "auto" scans its runs
+def deep_layer(p, h):  # 70 equations (7 per step): "auto" scans its runs
     for _ in range(10):
         h = h + 0.1 * jnp.tanh(h * p["a"] + p["b"])
     return h
 
 
-@pytest.mark.parametrize("fn, unroll, scans", [(scale_layer, 2, 2), (deep_layer, 0, 5)])
+def norm_layer(p, h):  # 27 equations: a LayerNorm and a GELU; "auto" unrolls (> 24, <= 44)
+    mean = h.mean(-1, keepdims=True)
+    var = ((h - mean) ** 2).mean(-1, keepdims=True)
+    z = (h - mean) * jax.lax.rsqrt(var + 1e-5) * p["a"] + p["b"]
+    return h + jax.nn.gelu(z) * p["a"]
+
+
+@pytest.mark.parametrize("fn, unroll, scans",
+                         [(scale_layer, 2, 2), (norm_layer, 2, 2), (deep_layer, 0, 5)])
 def test_auto_unroll_follows_the_layer_size(fn, unroll, scans):
     """``unroll="auto"`` (the default) unrolls runs of <= 2 layers for a layer of at most
     UNROLL_MAX_EQUATIONS jaxpr equations and scans them for a larger one: segments of two

@@ -160,11 +160,12 @@ def chain_options(chain: Chain) -> int:
 
 
 def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
-                unroll: int = UNROLL) -> float:
+                unroll: int = UNROLL, leaf_bytes: float | None = None) -> float:
     """Bytes to add to the unrolled chain's simulated peak of ``member`` for its loops and
     parameter slices: what the program-order meter (:func:`jaxremat.activation_memory`,
     loops as in :mod:`jaxremat.measure.meter`) counts and the chain does not.
-    ``param_bytes``: one layer's parameters.
+    ``param_bytes``: one layer's parameters; ``leaf_bytes``: its largest parameter leaf
+    (``param_bytes`` when not given).
 
     The meter counts a loop's outputs (the stacked residuals) from before its body runs,
     beside the body's own values, and the new carry beside the old one: one iteration's
@@ -173,15 +174,23 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     layer's tape under the member's option (none when every segment is one layer in one
     scan, ``jax.checkpoint`` per layer, where the carry alone is counted twice: ``x``; and
     none when the innermost runs are unrolled, of at most ``unroll`` layers: no loop
-    there; exact for segments of two, an upper bound below more levels). A level that does
-    not reshape the parameters
+    there). A level that does not reshape the parameters
     (:func:`jaxremat.scan.members.reshaped`) splits them (``lax.split``) and the meter
     counts the pieces and the gradient pieces before their concatenation: twice the
-    parameters it cuts (all ``L`` layers at the top level, a segment's below it).
+    parameters it cuts (all ``L`` layers at the top level, a segment's below it). Under a
+    policy (option >= 1) with at least one level, one parameter leaf more (the largest):
+    the meter found up to one leaf more than the rest of the margin (one bias for segments
+    of two layers, one weight matrix for ``k > 1`` with ``k`` a scan of one-layer pieces;
+    the residual MLP block, ``tests/test_scan_margin.py``).
     Measured on the residual MLP block of ``benchmarks/scan_depth.py``: exact for the plain
-    scan (with and without a policy), for one reshaped level and for segments of one layer;
-    :meth:`RematScan._fit` takes any excess off the budget and
-    chooses again."""
+    scan (with and without a policy; JAX 0.10), for one reshaped level and for segments of
+    one layer; an upper bound on every member of one or two levels of small families
+    (``tests/test_scan_margin.py``). Below two levels it is loose: the meter's peak, in
+    the innermost backward, finds part of what each level adds freed (``8 > 2`` on that
+    block under ``dots_saveable``: one activation, one bias and one weight matrix over,
+    82176 B at width 64; a pre-LayerNorm MLP block, whole tapes: 134400 B),
+    so the least budget named is the measured peak (:meth:`RematScan._fit`), which also
+    takes any excess of the meter over the prediction off the budget and chooses again."""
     x = float(chain.x_size[0])
     L = chain.length
     sizes = tuple(k for k in member.sizes if k < L)
@@ -191,7 +200,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
                  else chain.options.xbar_size[0, member.option])
     if sizes and sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop there
         tape = 0.0
-    split = 0.0
+    # under a policy (option >= 1), a parameter slice a layer's jax.checkpoint saves for
+    # its backward: an input of the layer, which the chain's profile does not count
+    leaf = param_bytes if leaf_bytes is None else leaf_bytes
+    split = leaf if member.option and sizes else 0.0
     if sizes and not reshaped(L, sizes):
         split += 2 * L * param_bytes
     if len(sizes) > 1:

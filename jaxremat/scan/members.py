@@ -24,15 +24,19 @@ unrolled compiled at 1.3-1.4x the scan with ``nothing_saveable`` against 2.0x as
 and held less memory (no loop outputs beside the body); four layers unrolled compiled as
 slowly as the scan (CPU seconds, benchmarks/RESULTS.md)."""
 
-UNROLL_MAX_EQUATIONS = 24
+UNROLL_MAX_EQUATIONS = 44
 """``unroll="auto"`` unrolls runs of at most :data:`UNROLL` layers for a layer whose jaxpr
 has at most this many equations (sub-programs included), and scans them for a larger one.
 An unrolled run puts each of its layers' equations into the segment's body, forward and
-backward; an inner scan costs a few loop bodies whatever the layer. Measured (CPU s of
-trace + compile of the gradient, benchmarks/RESULTS.md, session 13): the residual MLP block
-(6 equations) compiles faster and holds less memory unrolled, the GPT-2 block (89) compiles
-faster and holds less memory scanned. 24 lies between them (about their geometric mean);
-the crossover itself was not measured."""
+backward; an inner scan costs a few loop bodies whatever the layer. Measured on one member,
+segments of two layers under ``dots_saveable``, at L = 32 and 64 (``benchmarks/scan_depth.py
+--crossover``; CPU s of trace + compile of the gradient over the scan with
+``nothing_saveable``; benchmarks/RESULTS.md, session 14): unrolled runs compile at 0.66-0.76x
+the inner scans' time for layers of 6 and 14 equations (residual MLPs), at 0.97-1.02x for 31
+(a pre-LayerNorm GELU MLP: the crossover), at 1.15-1.21x for 62 (two of them), and hold
+2-9% less memory throughout. 44 is the geometric mean of 31 and 62. (The GPT-2 block, 89
+equations, compiled alike both ways at L = 32: the count is a proxy for compile work, not
+a measure of it.)"""
 
 
 def auto_unroll(equations: int) -> int:

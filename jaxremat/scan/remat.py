@@ -275,11 +275,15 @@ class RematScan:
              margin: Callable[[NestedScan], float]) -> tuple[NestedScan, Schedule, int]:
         """The member chosen for ``budget`` (bytes per example) whose *measured* memory fits:
         when the meter finds more than the prediction, the excess is taken off the budget and
-        the choice made again (a few rounds); then the member of least peak, if it fits.
+        the choice made again (a few rounds); then the member of least predicted peak, if
+        its measured memory fits: below two levels :func:`jaxremat.scan.family.loop_margin`
+        is an upper bound (it counts each level's loops and parameter pieces at once, where
+        the meter's peak finds some of them freed), so a budget between that member's
+        measured and predicted peaks runs it.
 
-        Raises ``solver.InfeasibleBudget`` naming a budget that works: the larger of the
-        least predicted peak and that member's measured memory. ``margin(member)``: bytes
-        added to the chain's peak (:func:`jaxremat.scan.family.loop_margin`)."""
+        Raises ``solver.InfeasibleBudget`` naming the budget that works: that member's
+        measured memory. ``margin(member)``: bytes added to the chain's peak
+        (:func:`jaxremat.scan.family.loop_margin`)."""
         extra = 0.0
         smallest = None
         memo: dict = {}
@@ -299,11 +303,11 @@ class RematScan:
                 self._member(chain, 0.0, memo, margin)
             except FamilyInfeasible as error:
                 smallest = (error.member, error.schedule, error.min_budget)
-        member, schedule, least = smallest
+        member, schedule, _ = smallest
         measured = measure(member)
-        if measured <= budget and least <= budget:
+        if measured <= budget:
             return member, schedule, measured
-        raise solver.InfeasibleBudget(budget, max(least, measured), f"remat_scan {self._method}")
+        raise solver.InfeasibleBudget(budget, measured, f"remat_scan {self._method}")
 
     def _member(self, chain: Chain, budget: float, memo: dict,
                 margin: Callable[[NestedScan], float]) -> tuple[NestedScan, Schedule]:
@@ -339,8 +343,10 @@ class RematScan:
         self.profile_count += 1
         chain = _whole_inputs(profile.chain)
         param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
+        leaf_bytes = max((math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one)),
+                         default=0)
         margin = functools.partial(loop_margin, chain, param_bytes=param_bytes / batch,
-                                   unroll=unroll)
+                                   unroll=unroll, leaf_bytes=leaf_bytes / batch)
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
                                     option_policies(profile.layers[0]), unroll)
         if not is_share(self._budget):  # bytes: no need to measure the plain scan
