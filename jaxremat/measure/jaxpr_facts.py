@@ -23,9 +23,15 @@ from jax.extend.core import DropVar, Jaxpr, Literal
 from ..jax_compat import in_host_memory, is_call, sub_jaxprs
 from ..trees import aval_nbytes
 
-__all__ = ["EqnFacts", "JaxprFacts", "device_nbytes", "facts", "is_view", "per_jaxpr"]
+__all__ = ["DROPPED", "JaxprFacts", "device_nbytes", "facts", "is_view", "per_jaxpr"]
 
 T = TypeVar("T")
+
+
+class _Ref(weakref.ref):
+    """A weak reference that knows its cache key (one callback serves every entry)."""
+
+    __slots__ = ("key",)
 
 
 def per_jaxpr(compute: Callable[[Jaxpr], T]) -> Callable[[Jaxpr], T]:
@@ -33,8 +39,13 @@ def per_jaxpr(compute: Callable[[Jaxpr], T]) -> Callable[[Jaxpr], T]:
     jaxpr lives (a weak reference removes the entry when the jaxpr is collected, so ids are
     never confused). The value must not refer to the jaxpr itself (it would never be freed).
     A jaxpr that takes no weak references is computed each time."""
-    cache: dict[int, tuple[weakref.ref, T]] = {}
+    cache: dict[int, tuple[_Ref, T]] = {}
     lock = threading.Lock()
+
+    def forget(ref: _Ref) -> None:
+        with lock:
+            if ref.key in cache and cache[ref.key][0] is ref:
+                del cache[ref.key]
 
     def cached(jaxpr: Jaxpr) -> T:
         key = id(jaxpr)
@@ -42,16 +53,11 @@ def per_jaxpr(compute: Callable[[Jaxpr], T]) -> Callable[[Jaxpr], T]:
         if found is not None and found[0]() is jaxpr:
             return found[1]
         value = compute(jaxpr)
-
-        def forget(ref: weakref.ref, key: int = key) -> None:
-            with lock:
-                if key in cache and cache[key][0] is ref:
-                    del cache[key]
-
         try:
-            ref = weakref.ref(jaxpr, forget)
+            ref = _Ref(jaxpr, forget)
         except TypeError:  # pragma: no cover - JAX's Jaxpr takes weak references
             return value
+        ref.key = key
         with lock:
             cache[key] = (ref, value)
         return value
@@ -87,48 +93,48 @@ def is_view(eqn: Any) -> bool:
     return common >= min(len(old), len(new)) - 1
 
 
-class EqnFacts(NamedTuple):
-    """What the meter needs of one equation, whatever the counting.
+DROPPED = -1
+""":attr:`JaxprFacts.out_bytes` of a dropped output (``DropVar``): no value at all."""
+
+
+class JaxprFacts(NamedTuple):
+    """What the meter needs of one jaxpr, whatever the counting: per equation (one entry
+    per equation in each of the first five fields, stored by field rather than by equation
+    so that a cached jaxpr keeps few objects for Python's garbage collector to scan) and
+    per input and output.
 
     Attributes:
-      bodies: its sub-programs (:func:`jaxremat.jax_compat.sub_jaxprs`).
-      handover: ``(bodies, first)`` for a call or ``cond`` whose bodies' inputs are its
-        operands ``first, first + 1, ...`` (``cond``'s operand 0 is the branch index);
-        ``None`` for loops, other primitives and mismatched arities (operands stay outside).
-      reads: the indices of the operands it reads (literals left out): all of them, except
-        those a call or every branch of a ``cond`` passes to a body that never reads them
-        (after inlining, XLA removes them as dead code).
+      bodies: each equation's sub-programs (:func:`jaxremat.jax_compat.sub_jaxprs`).
+      first: for a call or ``cond`` whose bodies' inputs are its operands ``first,
+        first + 1, ...`` (``cond``'s operand 0 is the branch index), ``first``: its bodies
+        are handed its operands; ``None`` for loops, other primitives and mismatched arities
+        (operands stay outside).
+      reads: the indices of the operands each equation reads (literals left out): all of
+        them, except those a call or every branch of a ``cond`` passes to a body that never
+        reads them (after inlining, XLA removes them as dead code).
       forwarded: ``(j, m)`` pairs: output ``j`` is operand ``m`` (not a literal) passed
         through, after inlining the same buffer: an ``optimization_barrier`` passes every
         operand through, a view (:func:`is_view`) is its operand's buffer, and a call (every
         branch of a ``cond``) may return an operand unchanged. Dropped outputs left out.
-      outs: the outputs that are not dropped, with their device bytes (``None`` where
-        they cannot be measured: :func:`device_nbytes` raises when the walk needs them).
-    """
-
-    bodies: tuple[Jaxpr, ...]
-    handover: tuple[tuple[Jaxpr, ...], int] | None
-    reads: tuple[int, ...]
-    forwarded: tuple[tuple[int, int], ...]
-    outs: tuple[tuple[Any, int | None], ...]
-
-
-class JaxprFacts(NamedTuple):
-    """What the meter needs of one jaxpr, whatever the counting.
-
-    Attributes:
-      eqns: one :class:`EqnFacts` per equation.
-      input_bytes: the device bytes of each input (``None`` as in :attr:`EqnFacts.outs`).
-      reads: for each input, whether an equation (through sub-programs) or an output reads it.
+      out_bytes: the device bytes of each output, :data:`DROPPED` for a dropped one, and
+        ``None`` where it cannot be measured (:func:`device_nbytes` raises when the walk
+        needs it).
+      input_bytes: the device bytes of each input (``None`` likewise).
+      input_read: for each input, whether an equation (through sub-programs) or an output
+        reads it.
       forwards: for each output, the index of the input it is (directly or passed through
         calls), or ``None`` for a value the program computes.
       peaks, lives: the meter's results per counting of inputs and outputs
         (:class:`jaxremat.measure.liveness.Walker`), filled as it measures.
     """
 
-    eqns: tuple[EqnFacts, ...]
+    bodies: tuple[tuple[Jaxpr, ...], ...]
+    first: tuple[int | None, ...]
+    reads: tuple[tuple[int, ...], ...]
+    forwarded: tuple[tuple[tuple[int, int], ...], ...]
+    out_bytes: tuple[tuple[int | None, ...], ...]
     input_bytes: tuple[int | None, ...]
-    reads: tuple[bool, ...]
+    input_read: tuple[bool, ...]
     forwards: tuple[int | None, ...]
     peaks: dict
     lives: dict
@@ -143,23 +149,23 @@ def _nbytes(var: Any) -> int | None:
         return None
 
 
-def _handover(eqn: Any, bodies: tuple[Jaxpr, ...]) -> tuple[tuple[Jaxpr, ...], int] | None:
+def _first(eqn: Any, bodies: tuple[Jaxpr, ...]) -> int | None:
     first = 0 if is_call(eqn) else 1 if eqn.primitive.name == "cond" else None
     if first is None or not bodies:
         return None
     if any(len(body.invars) != len(eqn.invars) - first for body in bodies):
         return None
-    return bodies, first
+    return first
 
 
-def _eqn_facts(eqn: Any) -> EqnFacts:
+def _eqn_facts(eqn: Any) -> tuple:
+    """``(bodies, first, reads, forwarded, out_bytes)`` of one equation (:class:`JaxprFacts`)."""
     invars, outvars = eqn.invars, eqn.outvars
     bodies = tuple(sub_jaxprs(eqn))
-    handover = _handover(eqn, bodies)
+    first = _first(eqn, bodies)
     unread: set[int] = set()
-    if handover is not None:
-        inner, first = handover
-        body_reads = [facts(body).reads for body in inner]
+    if first is not None:
+        body_reads = [facts(body).input_read for body in bodies]
         unread = {first + i for i in range(len(invars) - first)
                   if not any(read[i] for read in body_reads)}
     reads = tuple(m for m, v in enumerate(invars) if not isinstance(v, Literal) and m not in unread)
@@ -167,30 +173,29 @@ def _eqn_facts(eqn: Any) -> EqnFacts:
         forwarded = [(j, j) for j, out in enumerate(outvars) if not isinstance(out, DropVar)]
     elif is_view(eqn):
         forwarded = [] if isinstance(outvars[0], DropVar) else [(0, 0)]
-    elif handover is None:
+    elif first is None:
         forwarded = []
     else:
-        inner, first = handover
-        forwards = [facts(body).forwards for body in inner]
+        forwards = [facts(body).forwards for body in bodies]
         forwarded = [(j, first + i) for j, i in enumerate(forwards[0])
                      if i is not None and all(f[j] == i for f in forwards)
                      and not isinstance(outvars[j], DropVar)]
     forwarded = tuple((j, m) for j, m in forwarded if not isinstance(invars[m], Literal))
-    outs = tuple((v, _nbytes(v)) for v in outvars if not isinstance(v, DropVar))
-    return EqnFacts(bodies, handover, reads, forwarded, outs)
+    out_bytes = tuple(DROPPED if isinstance(v, DropVar) else _nbytes(v) for v in outvars)
+    return bodies, first, reads, forwarded, out_bytes
 
 
 @per_jaxpr
 def facts(jaxpr: Jaxpr) -> JaxprFacts:
     """The :class:`JaxprFacts` of ``jaxpr`` (computed once per jaxpr object)."""
-    eqns = tuple(_eqn_facts(eqn) for eqn in jaxpr.eqns)
+    columns = tuple(zip(*(_eqn_facts(eqn) for eqn in jaxpr.eqns))) or ((),) * 5
     read = {v for v in jaxpr.outvars if not isinstance(v, Literal)}
     origin = {v: i for i, v in enumerate(jaxpr.invars)}
-    for eqn, found in zip(jaxpr.eqns, eqns):
-        read.update(eqn.invars[m] for m in found.reads)
-        for j, m in found.forwarded:
+    for eqn, reads, forwarded in zip(jaxpr.eqns, columns[2], columns[3]):
+        read.update(eqn.invars[m] for m in reads)
+        for j, m in forwarded:
             if eqn.invars[m] in origin:
                 origin[eqn.outvars[j]] = origin[eqn.invars[m]]
     forwards = tuple(None if isinstance(v, Literal) else origin.get(v) for v in jaxpr.outvars)
-    return JaxprFacts(eqns, tuple(_nbytes(v) for v in jaxpr.invars),
+    return JaxprFacts(*columns, tuple(_nbytes(v) for v in jaxpr.invars),
                       tuple(v in read for v in jaxpr.invars), forwards, {}, {})

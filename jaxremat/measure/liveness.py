@@ -15,7 +15,7 @@ from jax.extend.core import Jaxpr, Literal
 
 from ..jax_compat import check_known
 from ..trees import aval_nbytes
-from .jaxpr_facts import EqnFacts, device_nbytes, facts, is_view
+from .jaxpr_facts import DROPPED, device_nbytes, facts, is_view
 
 __all__ = ["LiveValue", "Walker", "aval_nbytes", "device_nbytes", "is_view", "KEPT", "UNCOUNTED",
            "DEAD", "OUTSIDE"]
@@ -42,7 +42,7 @@ def _aval_text(aval: Any) -> str:
 
 
 def _size(v: Any, nbytes: int | None) -> int:
-    """``nbytes`` (:class:`jaxremat.measure.jaxpr_facts.EqnFacts`), or measured now where
+    """``nbytes`` (:class:`jaxremat.measure.jaxpr_facts.JaxprFacts`), or measured now where
     it could not be (which raises the meter's error for symbolic shapes)."""
     return device_nbytes(v.aval) if nbytes is None else nbytes
 
@@ -66,7 +66,7 @@ KEPT, UNCOUNTED, DEAD = 0, 1, 2
 
 # Calls (:func:`jaxremat.jax_compat.is_call`): their sub-program's inputs are the
 # equation's operands, one to one, and XLA inlines them: an operand they use last can be
-# freed inside them (:attr:`jaxremat.measure.jaxpr_facts.EqnFacts.handover`). ``cond``
+# freed inside them (:attr:`jaxremat.measure.jaxpr_facts.JaxprFacts.first`). ``cond``
 # passes its operands but the first (the branch index) to each branch.
 _LOOPS = ("scan", "while")
 _NONE: frozenset = frozenset()
@@ -119,7 +119,7 @@ class Walker:
         it; for each output, the index of the input it is (directly or passed through
         calls), or ``None`` for a value the program computes."""
         found = facts(jaxpr)
-        return found.reads, found.forwards
+        return found.input_read, found.forwards
 
     def _sub(self, jaxpr: Jaxpr, inputs: _Inputs | None, outputs: _Outputs,
              loop: bool) -> _Sub:
@@ -132,10 +132,13 @@ class Walker:
         return _Sub(self.peak(jaxpr, inputs, outputs), jaxpr, inputs, outputs, loop)
 
     def _inner(
-        self, eqn: Any, found: EqnFacts, outputs: _Outputs, handed: list[Any], buffer: Callable
+        self, eqn: Any, bodies: tuple[Jaxpr, ...], first: int | None, outputs: _Outputs,
+        handed: list[Any], buffer: Callable
     ) -> tuple[_Sub | None, set[Any]]:
         """The largest sub-program peak of ``eqn`` (``None`` if it has none) and the set of
-        buffers handed to its sub-programs. ``found``: its facts; ``handed``: the live
+        buffers handed to its sub-programs. ``bodies``, ``first``: its sub-programs and
+        where their operands start (:class:`jaxremat.measure.jaxpr_facts.JaxprFacts`);
+        ``handed``: the live
         buffers (counted, not used after ``eqn``) that ``eqn`` reads; ``buffer(v)``: the
         buffer of value ``v``."""
         name = eqn.primitive.name
@@ -144,11 +147,10 @@ class Walker:
             subs = [self._sub(cond, None, (), True),  # its predicate is counted
                     self._sub(body, None, outputs, True)]
             return max(subs, key=lambda s: s.peak.nbytes), set()
-        if found.handover is None:  # loops and other primitives: operands stay outside
+        if first is None:  # loops and other primitives: operands stay outside
             check_known(eqn)
-            subs = [self._sub(body, None, outputs, name in _LOOPS) for body in found.bodies]
+            subs = [self._sub(body, None, outputs, name in _LOOPS) for body in bodies]
             return (max(subs, key=lambda s: s.peak.nbytes) if subs else None), set()
-        bodies, first = found.handover
         passed = [None if isinstance(v, Literal) else buffer(v) for v in eqn.invars[first:]]
         owned = set(handed) & set(passed)
         ids: dict[Any, int] = {}  # a buffer passed twice is one buffer inside too
@@ -171,10 +173,10 @@ class Walker:
         # the buffers each equation reads (an operand a call's body never reads is no use);
         # a call's output that is its operand passed through is the operand's buffer
         reads = []
-        for eqn, found in zip(eqns, info.eqns):
+        for eqn, read, forwarded in zip(eqns, info.reads, info.forwarded):
             invars = eqn.invars
-            reads.append(list(dict.fromkeys(get(invars[m], invars[m]) for m in found.reads)))
-            for j, m in found.forwarded:
+            reads.append(list(dict.fromkeys(get(invars[m], invars[m]) for m in read)))
+            for j, m in forwarded:
                 aliases[eqn.outvars[j]] = get(invars[m], invars[m])
         last_use = {v: k for k, read in enumerate(reads) for v in read}
         outvars = [(buffer(v), c) for v, c in zip(jaxpr.outvars, outputs)
@@ -198,13 +200,14 @@ class Walker:
         for v in [v for v in live if v not in last_use]:
             total -= live.pop(v)
 
-        for k, (eqn, found) in enumerate(zip(eqns, info.eqns)):
+        for k, (eqn, bodies, out_sizes) in enumerate(zip(eqns, info.bodies, info.out_bytes)):
             # new buffers (not passed-through operands, not uncounted program outputs)
-            outs = [(v, n) for v, n in found.outs if get(v, v) is v and v not in skipped]
+            outs = [(v, n) for v, n in zip(eqn.outvars, out_sizes)
+                    if n != DROPPED and get(v, v) is v and v not in skipped]
             out_bytes = sum(_size(v, n) for v, n in outs)
             # the live buffers this equation reads last: a call frees them inside its body
             handed = [v for v in reads[k] if v in live and last_use[v] == k]
-            if found.bodies or eqn.primitive.name == "while":
+            if bodies or eqn.primitive.name == "while":
                 # how the sub-programs count their outputs (an uncounted output of this
                 # program stays uncounted; one nothing reads after the call is dead)
                 out_codes = tuple(
@@ -212,7 +215,8 @@ class Walker:
                     else KEPT if last_use.get(buffer(v), -1) > k else DEAD
                     for v in eqn.outvars
                 )
-                inner, owned = self._inner(eqn, found, out_codes, handed, buffer)
+                inner, owned = self._inner(eqn, bodies, info.first[k], out_codes, handed,
+                                           buffer)
             else:
                 check_known(eqn)
                 inner, owned = None, _NONE
