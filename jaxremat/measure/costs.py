@@ -86,11 +86,13 @@ def _terms(jaxpr: Jaxpr, skip: frozenset, flops: list, bytes_accessed: list,
             continue
         name = eqn.primitive.name
         avals = [v.aval for v in (*eqn.invars, *eqn.outvars) if hasattr(v, "aval")]
-        structure.append((name, tuple((len(getattr(a, "shape", ())), getattr(a, "dtype", None))
-                                      for a in avals)))
+        structure.append((name, tuple([(len(getattr(a, "shape", ())), getattr(a, "dtype", None))
+                                       for a in avals])))
         flops.append(0.0 if name in _NO_FLOPS else float(equation_flops(eqn)))
-        free = name in _NO_BYTES
-        bytes_accessed.extend(0.0 if free else float(aval_nbytes(a)) for a in avals)
+        if name in _NO_BYTES:
+            bytes_accessed.extend([0.0] * len(avals))
+        else:
+            bytes_accessed.extend([float(aval_nbytes(a)) for a in avals])
 
 
 @per_jaxpr
