@@ -33,6 +33,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Var
 
 from .dataflow import _body, equation_flops
 from ..jax_compat import lowered_cost_analysis
+from .jaxpr_facts import per_jaxpr
 from .meter import aval_nbytes
 from .trace import _dead_code_removed
 
@@ -78,15 +79,32 @@ def _terms(jaxpr: Jaxpr, skip: frozenset, flops: list, bytes_accessed: list,
                 structure.append("optimization_barrier")
                 bytes_accessed.extend(float(aval_nbytes(v.aval)) for v in eqn.invars
                                       if hasattr(v, "aval"))
-            _terms(body, frozenset(), flops, bytes_accessed, structure)
+            body_flops, body_bytes, body_structure = _body_terms(body)
+            flops.extend(body_flops)
+            bytes_accessed.extend(body_bytes)
+            structure.extend(body_structure)
             continue
         name = eqn.primitive.name
         avals = [v.aval for v in (*eqn.invars, *eqn.outvars) if hasattr(v, "aval")]
-        structure.append((name, tuple((len(getattr(a, "shape", ())), getattr(a, "dtype", None))
-                                      for a in avals)))
+        structure.append((name, tuple([(len(getattr(a, "shape", ())), getattr(a, "dtype", None))
+                                       for a in avals])))
         flops.append(0.0 if name in _NO_FLOPS else float(equation_flops(eqn)))
-        free = name in _NO_BYTES
-        bytes_accessed.extend(0.0 if free else float(aval_nbytes(a)) for a in avals)
+        if name in _NO_BYTES:
+            bytes_accessed.extend([0.0] * len(avals))
+        else:
+            bytes_accessed.extend([float(aval_nbytes(a)) for a in avals])
+
+
+@per_jaxpr
+def _body_terms(body: Jaxpr) -> tuple[tuple, tuple, tuple]:
+    """A call body's terms (:func:`_terms`, nothing skipped), counted once per body: the
+    bodies of a layer's pieces are shared between them (the checkpointed forward inside
+    the pullback, a derived pullback's calls)."""
+    flops: list[float] = []
+    bytes_accessed: list[float] = []
+    structure: list[Any] = []
+    _terms(body, frozenset(), flops, bytes_accessed, structure)
+    return tuple(flops), tuple(bytes_accessed), tuple(structure)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,18 +124,37 @@ class CountTerms:
         return float(self.flops.sum()), float(self.bytes.sum())
 
 
+@per_jaxpr
+def _counted(jaxpr: Jaxpr) -> dict[int, CountTerms]:
+    """The counts of a (dead-code-free) jaxpr by ``skip_outputs``, filled by
+    :func:`count_terms`: a layer's profiles with and without the input's gradient count the
+    same forward jaxprs (JAX's dead-code elimination returns the same jaxpr for the same
+    program and outputs)."""
+    return {}
+
+
 def count_terms(closed: ClosedJaxpr, skip_outputs: int = 0) -> CountTerms:
-    """The terms of :func:`count_jaxpr`'s count, one by one (:class:`CountTerms`)."""
+    """The terms of :func:`count_jaxpr`'s count, one by one (:class:`CountTerms`; its arrays
+    are read-only: a count is computed once per jaxpr and shared)."""
     live = _dead_code_removed(closed, [True] * len(closed.jaxpr.outvars))
-    outvars = live.jaxpr.outvars
+    counted = _counted(live.jaxpr)
+    found = counted.get(skip_outputs)
+    if found is None:
+        found = counted[skip_outputs] = _count(live.jaxpr, skip_outputs)
+    return found
+
+
+def _count(jaxpr: Jaxpr, skip_outputs: int) -> CountTerms:
+    outvars = jaxpr.outvars
     skip = outvars[len(outvars) - skip_outputs:] if skip_outputs else ()
     flops: list[float] = []
     bytes_accessed: list[float] = []
     structure: list[Any] = []
-    _terms(live.jaxpr, frozenset(v for v in skip if isinstance(v, Var)), flops, bytes_accessed,
+    _terms(jaxpr, frozenset(v for v in skip if isinstance(v, Var)), flops, bytes_accessed,
            structure)
-    return CountTerms(np.asarray(flops), np.asarray(bytes_accessed),
-                      hash((tuple(structure), len(bytes_accessed))))
+    flops_terms, bytes_terms = np.asarray(flops), np.asarray(bytes_accessed)
+    flops_terms.flags.writeable = bytes_terms.flags.writeable = False
+    return CountTerms(flops_terms, bytes_terms, hash((tuple(structure), len(bytes_accessed))))
 
 
 def jaxpr_costs(fn: Callable, *args: Any) -> dict[str, float]:

@@ -44,10 +44,12 @@ _CALL_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 def _body(eqn: JaxprEqn) -> Jaxpr | None:
     """The body jaxpr of a call equation (``jit``, ``custom_vjp``, ``eval_jaxpr``, a
     ``jax_remat3`` checkpoint...), or ``None``."""
+    params = eqn.params
     for key in _CALL_PARAMS:
-        body = as_jaxpr(eqn.params.get(key))
-        if body is not None:
-            return body
+        if key in params:
+            body = as_jaxpr(params[key])
+            if body is not None:
+                return body
     if is_call(eqn):
         bodies = sub_jaxprs(eqn)
         return bodies[0] if bodies else None

@@ -147,15 +147,18 @@ _PROFILES = LRU(PROFILE_CACHE_SIZE)
 def _profile_one(
     layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool,
     menu: tuple = (), meter: CostMeter | None = None, tracer: Tracer = trace,
+    memo: dict | None = None,
 ) -> tuple[LayerProfile, Any]:
     """Profile one layer by tracing it (:func:`_layer_profile`); a profile derived from
     another's traces calls :func:`_layer_profile` directly (it traces nothing)."""
-    return _layer_profile(layer, p, x, index, costs, repeats, input_grad, menu, meter, tracer)
+    return _layer_profile(layer, p, x, index, costs, repeats, input_grad, menu, meter, tracer,
+                          memo)
 
 
 def _layer_profile(
     layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool,
     menu: tuple = (), meter: CostMeter | None = None, tracer: Tracer = trace,
+    memo: dict | None = None,
 ) -> tuple[LayerProfile, Any]:
     """Profile one layer; ``meter`` gives the static costs of its pieces, scaled from an
     earlier shape's calibration where it has one (:mod:`jaxremat.sequence.calibration`).
@@ -163,11 +166,18 @@ def _layer_profile(
     its options' vjps are built from that jaxpr; at the first shape every trace is of the
     layer itself (a jaxpr's replay differs in how scalar constants are held, which moves
     backward costs by a few bytes and may flip ties between equal plans). ``tracer``
-    traces the layer and its options (:mod:`jaxremat.sequence.derive`)."""
+    traces the layer and its options (:mod:`jaxremat.sequence.derive`). ``memo`` keeps the
+    layer traced once between the two profiles of one layer at one shape (with and without
+    the input's gradient, the second derived): the layer's Python runs once for both."""
     meter = meter or meter_for(None, costs)
     plain = None
     if meter.reference is not None:  # a new shape: the user's Python runs once
-        layer, plain = trace_once(layer, p, x, index)
+        once = None if memo is None else memo.get("trace_once")
+        if once is None:
+            once = trace_once(layer, p, x, index)
+            if memo is not None:
+                memo["trace_once"] = once
+        layer, plain = once
     traced = tracer(layer, p, x, index, input_grad, "everything")
     if plain is None and meter.scale:  # the first shape: traced from the layer itself
         plain = jax.make_jaxpr(layer)(p, x)
@@ -304,9 +314,10 @@ def _derived_profile(layer: Callable, p: Any, x: Any, index: int, costs: str, re
         return None
     meter = meter_for(reference[0], costs)
     recorded: dict[str, Any] = {}
+    memo: dict[str, Any] = {}  # the layer traced once, for both profiles
     try:
         found = _profile_one(layer, p, x, index, costs, repeats, True, menu, meter,
-                             recording_tracer(recorded))
+                             recording_tracer(recorded), memo)
     except Exception:  # noqa: BLE001 - traced again without the gradient, which names it
         return None
     _remember(with_grad, layer, *found)
@@ -317,7 +328,7 @@ def _derived_profile(layer: Callable, p: Any, x: Any, index: int, costs: str, re
     tracer = deriving_tracer(recorded, len(jax.tree.leaves(p)), len(jax.tree.leaves(x)))
     try:
         return _layer_profile(layer, p, x, index, costs, repeats, False, menu, strict,
-                              tracer)
+                              tracer, memo)
     except Uncalibrated:
         return None
 
