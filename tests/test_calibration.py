@@ -4,52 +4,15 @@ the layer's Python is traced once per new shape, and nothing is lowered."""
 
 from __future__ import annotations
 
-import math
-
-import jax
 import jax.numpy as jnp
 import pytest
 
+from blocks import case as _case, mlp_block
 from jaxremat import remat_sequence
 from jaxremat.sequence import calibration
 from jaxremat.sequence.profile import profile_cache, profile_sequence
 
-D, T = 16, 8
 TOLERANCE = 5e-3  # measured worst on these layers and benchmarks/policies.py's: 2.8e-3
-
-
-def mlp_block(p, x):
-    """Pre-norm residual MLP (layer norm with jnp.var, gelu)."""
-    h = (x - jnp.mean(x, -1, keepdims=True)) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
-    return x + jax.nn.gelu(h * p["g"] + p["b1"]) @ p["w1"] @ p["w2"]
-
-
-def attention_block(p, x):
-    """Causal self-attention with a residual (a mask that does not grow with the batch)."""
-    q, k, v = jnp.split(x @ p["qkv"], 3, axis=-1)
-    scores = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(D)
-    scores = jnp.where(jnp.tril(jnp.ones((x.shape[1],) * 2, bool)), scores, -1e9)
-    out = jnp.einsum("bts,bsd->btd", jax.nn.softmax(scores, axis=-1), v)
-    return x + jnp.tanh(out @ p["o"])
-
-
-def conv_block(p, x):
-    """A residual 3x3 convolution (NHWC)."""
-    y = jax.lax.conv_general_dilated(x, p["k"], (1, 1), "SAME",
-                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    return x + jax.nn.relu(y + p["b"])
-
-
-def _case(name):
-    keys = iter(jax.random.split(jax.random.key(0), 8))
-    normal = lambda *shape: jax.random.normal(next(keys), shape) / 4  # noqa: E731
-    if name == "mlp":
-        return mlp_block, {"g": normal(D), "b1": normal(D), "w1": normal(D, 4 * D),
-                           "w2": normal(4 * D, D)}, normal(8, T, D)
-    if name == "attention":
-        return attention_block, {"qkv": normal(D, 3 * D), "o": normal(D, D)}, normal(8, T, D)
-    return conv_block, {"k": normal(3, 3, 4, 4), "b": normal(4)}, normal(8, 6, 6, 4)
-
 
 NUMBERS = ("fwd_time", "bwd_time", "fwd_tape_time", "fwd_flops", "bwd_flops", "fwd_tape_flops")
 EXACT = ("tape_bytes", "fwd_tmp", "bwd_tmp", "output_in_tape", "input_bytes", "output_bytes")

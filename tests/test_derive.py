@@ -4,14 +4,13 @@ plans equal, no ``input_grad=False`` trace at the new shape; and the fallbacks t
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 
-import jax
 import jax.numpy as jnp
 import pytest
 
+from blocks import case
 from jaxremat import remat_sequence
 from jaxremat.measure import trace as trace_module
 from jaxremat.sequence import derive, options
@@ -19,32 +18,9 @@ from jaxremat.sequence.derive import same_profile
 from jaxremat.sequence import profile as profile_module
 from jaxremat.sequence.profile import profile_cache, profile_sequence
 
-D, T = 16, 8
-
-
-def mlp_block(p, x):
-    """Pre-norm residual MLP (gelu)."""
-    h = (x - jnp.mean(x, -1, keepdims=True)) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
-    return x + jax.nn.gelu(h * p["g"] + p["b1"]) @ p["w1"] @ p["w2"]
-
-
-def attention_block(p, x):
-    """Causal self-attention with a residual, its scores marked with a checkpoint name."""
-    q, k, v = jnp.split(x @ p["qkv"], 3, axis=-1)
-    scores = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(D)
-    scores = jnp.where(jnp.tril(jnp.ones((x.shape[1],) * 2, bool)), scores, -1e9)
-    scores = jax.ad_checkpoint.checkpoint_name(scores, "scores")
-    out = jnp.einsum("bts,bsd->btd", jax.nn.softmax(scores, axis=-1), v)
-    return x + jnp.tanh(out @ p["o"])
-
-
 def _params(name):
-    keys = iter(jax.random.split(jax.random.key(0), 8))
-    normal = lambda *shape: jax.random.normal(next(keys), shape) / 4  # noqa: E731
-    if name == "mlp":
-        return mlp_block, {"g": normal(D), "b1": normal(D), "w1": normal(D, 4 * D),
-                           "w2": normal(4 * D, D)}, normal(8, T, D)
-    return attention_block, {"qkv": normal(D, 3 * D), "o": normal(D, D)}, normal(8, T, D)
+    """``blocks.case``, the attention with its scores marked (a names option)."""
+    return case("marked attention" if name == "attention" else name)
 
 
 def _replan(layers, params, x, new, derive_it, monkeypatch):
