@@ -283,6 +283,16 @@ def budget_table(depths):
                   f"{plan.gap_to_rotor:+.1%}]")
 
 
+def block_stack(kind, L):
+    """``(layer, stacked params, x)`` of ``L`` layers of block ``kind``: a key of
+    :data:`BLOCKS` (width ``WIDTH``, batch ``BATCH``) or ``"gpt"`` (:func:`gpt_stack`: width
+    128, 4 heads, batch 4 of 64 tokens)."""
+    if kind == "gpt":
+        return gpt_stack(L, 128, 4, 4, 64)
+    layer, make = BLOCKS[kind]
+    return layer, make(L), jnp.ones((BATCH, WIDTH))
+
+
 def least_table(depths, unroll, kind="mlp", at="least"):
     """remat_scan (inner runs of at most ``unroll`` layers unrolled) at its least budget
     (``at="least"``) or at the share ``at`` of the plain scan's memory: the member, the
@@ -294,11 +304,7 @@ def least_table(depths, unroll, kind="mlp", at="least"):
     print(f"block {kind} at {at}: L    member                                     "
           "budget B   measured B  mem / nothing  compile x")
     for L in depths:
-        if kind == "gpt":
-            layer, params, x = gpt_stack(L, 128, 4, 4, 64)
-        else:
-            layer, make = BLOCKS[kind]
-            params, x = make(L), jnp.ones((BATCH, WIDTH))
+        layer, params, x = block_stack(kind, L)
         base = compile_seconds(scanned("nothing_saveable", layer), params, x)
         if at == "least":
             budget = least_budget(params, x, unroll=unroll, layer=layer)
@@ -330,11 +336,7 @@ def crossover_table(depths, kinds, rounds=2):
           "memory / nothing: unroll 2  unroll 0")
     for kind in kinds:
         for L in depths:
-            if kind == "gpt":
-                layer, params, x = gpt_stack(L, 128, 4, 4, 64)
-            else:
-                layer, make = BLOCKS[kind]
-                params, x = make(L), jnp.ones((BATCH, WIDTH))
+            layer, params, x = block_stack(kind, L)
             one = jax.tree.map(lambda a: a[0], params)
             equations = program_size(jax.make_jaxpr(layer)(one, x))
             plan = jaxremat.remat_scan(layer, "100%").plan(params, x)
