@@ -25,10 +25,6 @@ __all__ = [
 ]
 
 
-_SIZES: dict[tuple, int] = {}  # aval_nbytes by (shape, dtype): the meter asks for thousands
-_SIZES_KEPT = 4096
-
-
 def aval_nbytes(aval: Any) -> int:
     """Bytes of one value of abstract value ``aval``: ``size * dtype.itemsize``.
 
@@ -37,22 +33,7 @@ def aval_nbytes(aval: Any) -> int:
     """
     shape = getattr(aval, "shape", None)
     dtype = getattr(aval, "dtype", None)
-    if shape is None or dtype is None:
-        return 0
-    try:
-        return _SIZES[shape, dtype]
-    except KeyError:
-        nbytes = _nbytes(shape, dtype)
-        if len(_SIZES) >= _SIZES_KEPT:
-            _SIZES.clear()
-        _SIZES[shape, dtype] = nbytes
-        return nbytes
-    except TypeError:  # an unhashable shape (a list)
-        return _nbytes(shape, dtype)
-
-
-def _nbytes(shape: Any, dtype: Any) -> int:
-    if dtype == jax.dtypes.float0:
+    if shape is None or dtype is None or dtype == jax.dtypes.float0:
         return 0
     try:
         size = int(math.prod(shape))
