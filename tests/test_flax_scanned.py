@@ -193,7 +193,7 @@ def test_carry_that_changes_shape_points_to_lists(x):
 
 def test_stacks_of_different_lengths_name_the_leaf(x):
     blocks = stack(0, depth=3)
-    blocks.norm.mean.value = blocks.norm.mean.value[:2]
+    blocks.norm.mean.set_value(blocks.norm.mean.get_value()[:2])
     with pytest.raises(ValueError, match=r"self\.blocks\.dropout\.rngs\.count.*L = 3.*"
                                          r"self\.blocks\.norm\.mean.*L = 2"):
         run_scanned(blocks, x, budget="50%", owner="self.blocks")
