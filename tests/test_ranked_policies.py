@@ -24,7 +24,8 @@ RANKED = ("dots_ranked", "dots_ranked_no_batch")
 
 def chain_layer(p, x):
     """Three matmuls of contractions 3, 5 and 7 with outputs of distinct shapes, each read
-    by the backward (``sin``), and a batched one of contraction 11."""
+    by the backward (``sin``), a batched one of contraction 11, and a last one (contraction
+    4) whose output the backward never reads."""
     h = jnp.sin(x @ p["w1"])                    # (2, 4, 5), K = 3
     h = jnp.sin(h @ p["w2"])                    # (2, 4, 7), K = 5
     h = jnp.sin(h @ p["w3"])                    # (2, 4, 11), K = 7
@@ -70,6 +71,10 @@ def test_contraction_of_dots_and_convolutions():
     sizes = [(dot.size, dot.batched) for dot in layer_dots(jax.make_jaxpr(layer)(p, x))]
     # qkv projection, scores (contract the width), weighted values (contract the tokens), out
     assert sizes == [(d, False), (d, True), (t, True), (d, False)]
+    # the MLP's second matmul reaches the output through an addition only: never read
+    mlp, p, x = blocks.case("mlp")
+    assert [(dot.size, dot.read) for dot in layer_dots(jax.make_jaxpr(mlp)(p, x))] == [
+        (d, True), (4 * d, False)]
     conv, p, x = blocks.case("conv")
     assert [(dot.size, dot.batched) for dot in layer_dots(jax.make_jaxpr(conv)(p, x))] == [
         (3 * 3 * 4, True)]
@@ -85,7 +90,8 @@ def test_contraction_of_dots_and_convolutions():
 def test_policy_keeps_exactly_the_dots_at_or_above_the_threshold():
     layer, p, x = chain_case()
     dots = layer_dots(jax.make_jaxpr(layer)(p, x))
-    assert sorted(dot.size for dot in dots) == [3, 4, 5, 7, 11]
+    assert sorted((dot.size, dot.read) for dot in dots) == [
+        (3, True), (4, False), (5, True), (7, True), (11, True)]
     other = {jax.ShapeDtypeStruct(a.shape, a.dtype) for a in jax.tree.leaves((p, x))}
     for no_batch in (False, True):
         for threshold in (1, 5, 8, 12):
@@ -121,6 +127,10 @@ def test_thresholds_split_the_dot_bytes_evenly():
     # squares 22e4): the larger thresholds win
     assert thresholds(dots, no_batch=True) == (5, 4, 3)
     assert thresholds(dots, most=1) == (5,)
+    # an unread output does not count; >= 2 keeps exactly the unbatched dots: 'dots_no_batch'
+    small = [Dot(4, 1, False), Dot(2, 1, False), Dot(1, 1, True), Dot(8, 1, False, read=False)]
+    assert thresholds(small) == (4, 2, 1)
+    assert thresholds(small, not_as_no_batch=True) == (4, 1)
     assert thresholds([]) == ()
 
 
@@ -128,20 +138,23 @@ def test_menu_expands_per_layer_and_leaves_out_the_plain_dots():
     layer, p, x = chain_case()
     dots = layer_dots(jax.make_jaxpr(layer)(p, x))
     names = lambda menu: [o.name for o in layer_menu(menu, (), dots)]  # noqa: E731
-    # output bytes by contraction: 11: 128, 7: 352, 5: 224, 4: 96, 3: 160 (960 in all);
-    # kept from the top 128/480/704/800/960: (11, 7, 5) has the least largest step (352)
-    # and, of those, the least squares (ahead of (11, 7, 4))
+    # read outputs' bytes by contraction: 11: 128, 7: 352, 5: 224, 3: 160 (864 in all; the
+    # last matmul's output is not read); kept from the top 128/480/704/864: (11, 7, 5) has
+    # the least largest step (352)
     ranked = ["dots_ranked:>=11", "dots_ranked:>=7", "dots_ranked:>=5"]
     assert names(("dots_ranked",))[1:] == ranked
     assert names(("dots", "dots_ranked"))[2:] == ranked
     assert names(("dots_no_batch", "dots_ranked_no_batch"))[2:] == [
-        "dots_ranked_no_batch:>=7", "dots_ranked_no_batch:>=5", "dots_ranked_no_batch:>=4"]
-    layer, p, x = blocks.case("mlp")  # contractions D and 4D
+        "dots_ranked_no_batch:>=7", "dots_ranked_no_batch:>=5"]
+    # >= 7 keeps 7 and 11, >= 5 keeps 5, 7 and 11; neither is the unbatched 3, 5 and 7
+    assert names(("dots_no_batch", "dots_ranked"))[2:] == ranked
+    layer, p, x = blocks.case("mlp")  # contractions D (read) and 4D (not read)
     options, notes = menu_for(("dots", "dots_ranked"), layer, p, x)
-    assert [o.name for o in options] == ["everything", "dots", f"dots_ranked:>={4 * blocks.D}"]
-    assert notes == ()
+    assert [o.name for o in options] == ["everything", "dots"]
+    assert notes == (("dots_ranked", f"contraction sizes {blocks.D} in the layer: every ranked "
+                                     "option is 'dots' or 'dots_no_batch'"),)
     options, notes = menu_for(("dots_ranked",), layer, p, x)
-    assert [o.policy for o in options[1:]] == [RankedDots(4 * blocks.D), RankedDots(blocks.D)]
+    assert [o.policy for o in options[1:]] == [RankedDots(blocks.D)] and notes == ()
 
 
 def test_layer_without_dots_gets_no_ranked_option_and_says_why():
@@ -152,10 +165,13 @@ def test_layer_without_dots_gets_no_ranked_option_and_says_why():
     first, conv = profile.layers
     assert not any(name.startswith("dots_ranked") for name in first.option_names)
     reasons = dict(first.dropped)
-    assert reasons["dots_ranked"] == "no dot_general or conv_general_dilated in the layer"
-    assert reasons["dots_ranked_no_batch"] == "no dot_general without batch dimensions in the layer"
+    assert reasons["dots_ranked"] == ("no dot_general or conv_general_dilated whose output the "
+                                      "backward reads in the layer")
+    assert reasons["dots_ranked_no_batch"] == ("no dot_general without batch dimensions whose "
+                                               "output the backward reads in the layer")
     reasons = dict(conv.dropped)  # one convolution: the option would be 'dots'
-    assert reasons["dots_ranked"] == "one contraction size (36) in the layer: the option is 'dots'"
+    assert reasons["dots_ranked"] == ("contraction sizes 36 in the layer: every ranked option "
+                                      "is 'dots' or 'dots_no_batch'")
     assert not any(name.startswith("dots_ranked") for name in conv.option_names)
     plan = remat_sequence(layers, "100%", policies=("dots", "dots_ranked")).plan(
         [jnp.float32(2.0), conv_p], x)
@@ -169,11 +185,11 @@ def test_equal_ranked_options_merge_and_dominated_ones_drop():
     (found,) = profile.layers
     reasons = dict(found.dropped)
     # >= D keeps qkv, scores and out; the no-batch ranking has one size: 'dots_no_batch'
-    assert reasons["dots_ranked_no_batch"].startswith("one contraction size")
+    assert reasons["dots_ranked_no_batch"].startswith("contraction sizes 16 in the layer")
     kept = set(found.option_names)
     for name, reason in found.dropped:
         assert name not in kept
-        assert reason.startswith(("same tape as", "dominated by", "no smaller", "one contraction"))
+        assert reason.startswith(("same tape as", "dominated by", "no smaller", "contraction sizes"))
     names = [o.name for o in layer_menu(("dots", "dots_ranked"), (),
                                         layer_dots(jax.make_jaxpr(layer)(p, x)))]
     assert names[2:] == [f"dots_ranked:>={blocks.D}"]

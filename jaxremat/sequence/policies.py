@@ -188,8 +188,10 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
     """One layer's options: the whole tape first, then ``menu`` (checked by
     :func:`check_policies`) expanded for the layer's ``names`` (:func:`marked_names`) and
     its matmuls ``dots`` (:func:`jaxremat.sequence.ranked.layer_dots`, for the ranked
-    entries; the threshold that keeps every dot is left out where ``"dots"``, or
-    ``"dots_no_batch"`` for ``"dots_ranked_no_batch"``, is on the menu: it is that option)."""
+    entries; a threshold that keeps every read dot is left out where ``"dots"``, or
+    ``"dots_no_batch"`` for ``"dots_ranked_no_batch"``, is on the menu, and one that keeps
+    exactly the read dots without batch dimensions where ``"dots_no_batch"`` is: it is that
+    option)."""
     options = [PolicyOption("everything", None)]
     save_names = jax.checkpoint_policies.save_only_these_names
     offload_names = lambda *marked: offload_policy("offload_names", marked)  # noqa: E731
@@ -206,8 +208,10 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
         elif entry in RANKED_POLICIES:
             no_batch = RANKED_POLICIES[entry]
             plain = "dots_no_batch" if no_batch else "dots"
+            same = not no_batch and "dots_no_batch" in menu  # a threshold may be that option
             options += [PolicyOption(f"{entry}:>={k}", RankedDots(k, no_batch))
-                        for k in thresholds(dots, no_batch, keep_all=plain not in menu)]
+                        for k in thresholds(dots, no_batch, keep_all=plain not in menu,
+                                            not_as_no_batch=same)]
         elif entry in OFFLOAD_POLICIES:
             options.append(PolicyOption(entry, offload_policy(entry), True))
         else:

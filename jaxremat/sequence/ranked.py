@@ -17,8 +17,11 @@ The menu entry ``"dots_ranked"`` expands per layer (as ``"names"`` does per mark
 :class:`RankedDots` policies "keep the outputs with ``K >= threshold``", the thresholds read
 from the layer's jaxpr (:func:`layer_dots`, :func:`thresholds`); ``"dots_ranked_no_batch"``
 does the same among the dots ``dots_with_no_batch_dims_saveable`` keeps (``dot_general``
-without batch dimensions). The profile measures each option like any other: the DP, not this
-ranking, decides what each one is worth.
+without batch dimensions). Only outputs the backward may read count: ``jax.checkpoint``
+saves a value only where the backward needs it, and a matmul whose output reaches the layer's
+output through additions and reshapes alone (a residual block's last projection) is never
+read, so its ``K`` would make an option equal to a smaller one. The profile measures each
+option like any other: the DP, not this ranking, decides what each one is worth.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ import itertools
 import math
 from typing import Any, Iterator, Sequence
 
+from jax.extend.core import Literal
+
 from ..jax_compat import sub_jaxprs
 from ..trees import aval_nbytes
 
-__all__ = ["MAX_RANKED", "RANKED_POLICIES", "Dot", "RankedDots", "contraction", "layer_dots",
-           "ranked_notes", "thresholds"]
+__all__ = ["MAX_RANKED", "PASS_THROUGH", "RANKED_POLICIES", "Dot", "RankedDots", "contraction",
+           "layer_dots", "ranked_notes", "thresholds"]
 
 RANKED_POLICIES = {"dots_ranked": False, "dots_ranked_no_batch": True}
 """The menu entries of this module, each with whether it ranks only dots without batch
@@ -40,6 +45,13 @@ dimensions."""
 
 MAX_RANKED = 3
 """At most this many ranked options per layer and entry (each costs a profile)."""
+
+PASS_THROUGH = frozenset({
+    "add", "add_any", "sub", "neg", "reshape", "transpose", "broadcast_in_dim", "squeeze",
+    "expand_dims", "convert_element_type", "reduce_sum", "slice", "dynamic_slice", "split",
+    "concatenate", "pad", "copy", "copy_p", "select_n", "rev", "gather", "reduce_precision"})
+"""Primitives linear in their operands whose derivative reads none of them: a value that only
+flows through these to the layer's output is never read by its backward."""
 
 
 def contraction(prim: Any, *avals: Any, **params: Any) -> tuple[int, bool] | None:
@@ -84,53 +96,88 @@ class RankedDots:
 
 @dataclasses.dataclass(frozen=True)
 class Dot:
-    """One matmul or convolution of a layer: its contraction ``K``, its output's bytes, and
-    whether it is batched (:func:`contraction`)."""
+    """One matmul or convolution of a layer: its contraction ``K``, its output's bytes,
+    whether it is batched (:func:`contraction`), and whether the layer's backward may read
+    its output (or a value computed from it by :data:`PASS_THROUGH` primitives alone)."""
 
     size: int
     nbytes: int
     batched: bool
+    read: bool = True
 
 
-def _equations(jaxpr: Any) -> Iterator[Any]:
-    """Every equation of ``jaxpr`` and of the programs nested in it (calls, checkpoints,
-    custom derivatives, loops), depth first."""
+def _consumers(jaxpr: Any) -> dict[Any, list[Any]]:
+    """The equations of ``jaxpr`` (one level) that take each variable as an operand."""
+    found: dict[Any, list[Any]] = {}
     for eqn in jaxpr.eqns:
-        yield eqn
+        for var in eqn.invars:
+            if not isinstance(var, Literal):
+                found.setdefault(var, []).append(eqn)
+    return found
+
+
+def _read(var: Any, consumers: dict[Any, list[Any]], outputs: set, top: bool) -> bool:
+    """Whether the backward may read ``var`` or a value computed from it through
+    :data:`PASS_THROUGH` primitives: some such value meets another primitive, a call (its
+    body is not followed), or, inside a nested program (``top`` false), its outputs."""
+    pending, seen = [var], {var}
+    while pending:
+        var = pending.pop()
+        if not top and var in outputs:
+            return True
+        for eqn in consumers.get(var, ()):
+            if eqn.primitive.name not in PASS_THROUGH or sub_jaxprs(eqn):
+                return True
+            fresh = [v for v in eqn.outvars if v not in seen]
+            seen.update(fresh)
+            pending.extend(fresh)
+    return False
+
+
+def _dots(jaxpr: Any, top: bool) -> Iterator[Dot]:
+    consumers = _consumers(jaxpr)
+    outputs = {v for v in jaxpr.outvars if not isinstance(v, Literal)}
+    for eqn in jaxpr.eqns:
+        found = contraction(eqn.primitive, *(v.aval for v in eqn.invars), **eqn.params)
+        if found is not None:
+            (out,) = eqn.outvars
+            yield Dot(found[0], aval_nbytes(out.aval), found[1],
+                      _read(out, consumers, outputs, top))
         for inner in sub_jaxprs(eqn):
-            yield from _equations(inner)
+            yield from _dots(inner, top=False)
 
 
 def layer_dots(jaxpr: Any) -> tuple[Dot, ...]:
-    """The matmuls and convolutions of a layer's ``jax.make_jaxpr`` (nested ones too), in
-    program order."""
-    dots = []
-    for eqn in _equations(jaxpr):
-        found = contraction(eqn.primitive, *(v.aval for v in eqn.invars), **eqn.params)
-        if found is not None:
-            dots.append(Dot(found[0], sum(aval_nbytes(v.aval) for v in eqn.outvars), found[1]))
-    return tuple(dots)
+    """The matmuls and convolutions of a layer's ``jax.make_jaxpr`` (nested ones too, their
+    outputs taken as read where they leave the nested program), in program order."""
+    return tuple(_dots(getattr(jaxpr, "jaxpr", jaxpr), top=True))
 
 
 def _ranked(dots: Sequence[Dot], no_batch: bool) -> list[Dot]:
-    return [d for d in dots if not (no_batch and d.batched)]
+    """The dots a ranked policy chooses among: those read, without batch dimensions where
+    ``no_batch``."""
+    return [d for d in dots if d.read and not (no_batch and d.batched)]
 
 
 def thresholds(dots: Sequence[Dot], no_batch: bool = False, keep_all: bool = True,
-               most: int = MAX_RANKED) -> tuple[int, ...]:
+               most: int = MAX_RANKED, not_as_no_batch: bool = False) -> tuple[int, ...]:
     """The contraction thresholds of a layer's ranked options, largest first.
 
-    The candidates are the distinct ``K`` of ``dots`` (those without batch dimensions when
-    ``no_batch``); without ``keep_all`` the smallest is left out (it keeps every such dot:
-    ``"dots"`` or ``"dots_no_batch"`` on the same menu already is that option). Of more
-    than ``most`` candidates, the ``most`` whose kept bytes split the dots' bytes most
-    evenly: the largest step between consecutive levels (nothing kept, each threshold's
-    kept bytes, all kept) is least, ties broken by the sum of squared steps, then by
-    larger thresholds."""
+    The candidates are the distinct ``K`` of the read ``dots`` (those without batch
+    dimensions when ``no_batch``); without ``keep_all`` the smallest is left out (it keeps
+    every such dot: ``"dots"`` or ``"dots_no_batch"`` on the same menu already is that
+    option); with ``not_as_no_batch``, so is one keeping exactly the read dots without batch
+    dimensions (``"dots_no_batch"`` on the same menu). Of more than ``most`` candidates, the
+    ``most`` whose kept bytes split the dots' bytes most evenly: the largest step between
+    consecutive levels (nothing kept, each threshold's kept bytes, all kept) is least, ties
+    broken by the sum of squared steps, then by larger thresholds."""
     ranked = _ranked(dots, no_batch)
     sizes = sorted({d.size for d in ranked}, reverse=True)
     if not keep_all:
         sizes = sizes[:-1]
+    if not_as_no_batch:
+        unbatched = [not d.batched for d in ranked]
+        sizes = [k for k in sizes if [d.size >= k for d in ranked] != unbatched]
     if len(sizes) <= most:
         return tuple(sizes)
     total = sum(d.nbytes for d in ranked)
@@ -156,8 +203,10 @@ def ranked_notes(menu: Sequence[Any], dots: Sequence[Dot]) -> tuple[tuple[str, s
         if not ranked:
             kind = "dot_general without batch dimensions" if no_batch else \
                 "dot_general or conv_general_dilated"
-            notes.append((entry, f"no {kind} in the layer"))
-        elif not thresholds(dots, no_batch, keep_all=plain not in menu):
-            notes.append((entry, f"one contraction size ({ranked[0].size}) in the layer: "
-                                 f"the option is {plain!r}"))
+            notes.append((entry, f"no {kind} whose output the backward reads in the layer"))
+        elif not thresholds(dots, no_batch, keep_all=plain not in menu,
+                            not_as_no_batch=not no_batch and "dots_no_batch" in menu):
+            sizes = ", ".join(str(k) for k in sorted({d.size for d in ranked}, reverse=True))
+            notes.append((entry, f"contraction sizes {sizes} in the layer: every ranked "
+                                 "option is 'dots' or 'dots_no_batch'"))
     return tuple(notes)
