@@ -28,8 +28,7 @@ policy's it is compared with (on CPU XLA undoes remat, so those columns say noth
 
 ``--policies`` names the policy menus the blocks are planned with (comma-separated; the
 fitted rows are repeated per menu, labelled with it): ``default``, ``none`` (the whole tape
-only), ``ranked`` (the default and ``"dots_ranked"``, issue 17.6), ``ranked_no_batch``
-(and ``"dots_ranked_no_batch"``).
+only) and ``ranked`` (the default and ``"dots_ranked"``, issue 17.6).
 
 The blocks are planned with ``--costs`` (default ``flops``, what the table compares; the
 examples' default is ``static``, the roofline, which may trade flops for memory traffic).

@@ -19,7 +19,7 @@ from jaxremat.sequence.profile import profile_sequence
 from jaxremat.sequence.ranked import Dot, RankedDots, contraction, layer_dots, thresholds
 from solver import Checkpoint, Layer
 
-RANKED = ("dots_ranked", "dots_ranked_no_batch")
+RANKED = ("dots_ranked",)
 
 
 def chain_layer(p, x):
@@ -93,16 +93,14 @@ def test_policy_keeps_exactly_the_dots_at_or_above_the_threshold():
     assert sorted((dot.size, dot.read) for dot in dots) == [
         (3, True), (4, False), (5, True), (7, True), (11, True)]
     other = {jax.ShapeDtypeStruct(a.shape, a.dtype) for a in jax.tree.leaves((p, x))}
-    for no_batch in (False, True):
-        for threshold in (1, 5, 8, 12):
-            saved = jax.checkpoint(layer, policy=RankedDots(threshold, no_batch), prevent_cse=True)
-            traced = trace_layer(saved, p, x, 0)
-            kept = sorted(r.shape for r, used in zip(traced.residuals, traced.residual_used)
-                          if used and r not in other)
-            want = sorted(shape for k, shape in DOT_SHAPES.items()
-                          if k >= threshold and not (no_batch and k == 11)
-                          and k != 4)  # the last matmul's output: the backward never reads it
-            assert kept == want, (threshold, no_batch)
+    for threshold in (1, 5, 8, 12):
+        saved = jax.checkpoint(layer, policy=RankedDots(threshold), prevent_cse=True)
+        traced = trace_layer(saved, p, x, 0)
+        kept = sorted(r.shape for r, used in zip(traced.residuals, traced.residual_used)
+                      if used and r not in other)
+        # the last matmul's output (contraction 4) is not kept: the backward never reads it
+        want = sorted(shape for k, shape in DOT_SHAPES.items() if k >= threshold and k != 4)
+        assert kept == want, threshold
 
 
 # ------------------------------------------------------------------------------ the menu
@@ -110,9 +108,8 @@ def test_policy_keeps_exactly_the_dots_at_or_above_the_threshold():
 
 def test_check_policies_takes_the_ranked_names_and_rejects_typos():
     assert check_policies(("dots", "dots_ranked")) == ("dots", "dots_ranked")
-    assert check_policies("dots_ranked_no_batch") == ("dots_ranked_no_batch",)
-    with pytest.raises(ValueError, match="unknown policy name 'dots_rank'.*'dots_ranked'.*"
-                                         "'dots_ranked_no_batch'"):
+    assert check_policies("dots_ranked") == ("dots_ranked",)
+    with pytest.raises(ValueError, match="unknown policy name 'dots_rank'.*'dots_ranked'"):
         check_policies(["dots_rank"])
 
 
@@ -123,9 +120,9 @@ def test_thresholds_split_the_dot_bytes_evenly():
     assert thresholds(dots[:3], keep_all=False) == (3, 2)
     # kept bytes from the top: 6 -> 100, 5 -> 500, 4 -> 600, 3 -> 700, 2 -> 800, 1 -> 900
     assert thresholds(dots) == (6, 5, 3)  # levels 0/100/500/700/900: steps of at most 400
-    # without the batched dot, (5, 4, 3), (5, 4, 2) and (5, 3, 2) tie (largest step 400,
+    # without the last dot, (5, 4, 3), (5, 4, 2) and (5, 3, 2) tie (largest step 400,
     # squares 22e4): the larger thresholds win
-    assert thresholds(dots, no_batch=True) == (5, 4, 3)
+    assert thresholds(dots[:5]) == (5, 4, 3)
     assert thresholds(dots, most=1) == (5,)
     # an unread output does not count; >= 2 keeps exactly the unbatched dots: 'dots_no_batch'
     small = [Dot(4, 1, False), Dot(2, 1, False), Dot(1, 1, True), Dot(8, 1, False, read=False)]
@@ -144,8 +141,6 @@ def test_menu_expands_per_layer_and_leaves_out_the_plain_dots():
     ranked = ["dots_ranked:>=11", "dots_ranked:>=7", "dots_ranked:>=5"]
     assert names(("dots_ranked",))[1:] == ranked
     assert names(("dots", "dots_ranked"))[2:] == ranked
-    assert names(("dots_no_batch", "dots_ranked_no_batch"))[2:] == [
-        "dots_ranked_no_batch:>=7", "dots_ranked_no_batch:>=5"]
     # >= 7 keeps 7 and 11, >= 5 keeps 5, 7 and 11; neither is the unbatched 3, 5 and 7
     assert names(("dots_no_batch", "dots_ranked"))[2:] == ranked
     layer, p, x = blocks.case("mlp")  # contractions D (read) and 4D (not read)
@@ -161,14 +156,12 @@ def test_layer_without_dots_gets_no_ranked_option_and_says_why():
     layers = [lambda p, x: jnp.sin(x) * p, blocks.conv_block]
     _, conv_p, x = blocks.case("conv")
     profile = profile_sequence(layers, [jnp.float32(2.0), conv_p], x,
-                               policies=("dots", "dots_ranked", "dots_ranked_no_batch"))
+                               policies=("dots", "dots_ranked"))
     first, conv = profile.layers
     assert not any(name.startswith("dots_ranked") for name in first.option_names)
     reasons = dict(first.dropped)
     assert reasons["dots_ranked"] == ("no dot_general or conv_general_dilated whose output the "
                                       "backward reads in the layer")
-    assert reasons["dots_ranked_no_batch"] == ("no dot_general without batch dimensions whose "
-                                               "output the backward reads in the layer")
     reasons = dict(conv.dropped)  # one convolution: the option would be 'dots'
     assert reasons["dots_ranked"] == ("contraction sizes 36 in the layer: every ranked option "
                                       "is 'dots' or 'dots_no_batch'")
@@ -181,11 +174,10 @@ def test_layer_without_dots_gets_no_ranked_option_and_says_why():
 def test_equal_ranked_options_merge_and_dominated_ones_drop():
     layer, p, x = blocks.case("attention")  # contractions D (qkv, scores, out) and T (values)
     profile = profile_sequence([layer], [p], x, policies=(
-        "dots", "dots_no_batch", "dots_ranked", "dots_ranked_no_batch"))
+        "dots", "dots_no_batch", "dots_ranked"))
     (found,) = profile.layers
     reasons = dict(found.dropped)
-    # >= D keeps qkv, scores and out; the no-batch ranking has one size: 'dots_no_batch'
-    assert reasons["dots_ranked_no_batch"].startswith("contraction sizes 16 in the layer")
+    assert "dots_ranked" not in reasons  # >= D keeps qkv, scores and out: neither plain option
     kept = set(found.option_names)
     for name, reason in found.dropped:
         assert name not in kept

@@ -20,7 +20,6 @@ into the per-layer menu of such options:
   convolution outputs whose contraction ``K`` is at least a threshold" (options
   ``"dots_ranked:>=K"``), the thresholds read from the layer's jaxpr: outputs ranked by
   recompute flops per kept byte (:mod:`jaxremat.sequence.ranked`, issue 17.6);
-  ``"dots_ranked_no_batch"`` the same among the matmuls without batch dimensions;
 * ``"offload_dots_no_batch"``: ``offload_dot_with_no_batch_dims`` to ``pinned_host``
   (those matmul outputs kept in host memory instead of on the device);
 * ``"offload_names"``: ``save_and_offload_only_these_names`` with the marked names
@@ -44,7 +43,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jax
 
-from .ranked import RANKED_POLICIES, Dot, RankedDots, layer_dots, ranked_notes, thresholds
+from .ranked import RANKED, Dot, RankedDots, layer_dots, menu_thresholds, ranked_notes
 
 __all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
            "check_policies", "layer_menu", "marked_names", "menu_for", "offload_policy"]
@@ -65,8 +64,7 @@ _ALIASES = {
 }
 OFFLOAD_POLICIES = ("offload_dots_no_batch", "offload_names")
 """The policy names that keep residuals in host memory (``pinned_host``)."""
-POLICY_NAMES = (("everything", "dots", "dots_no_batch", "names") + tuple(RANKED_POLICIES)
-                + OFFLOAD_POLICIES)
+POLICY_NAMES = ("everything", "dots", "dots_no_batch", "names", RANKED) + OFFLOAD_POLICIES
 """The policy names ``policies=`` accepts (JAX's own names, e.g. ``"dots_saveable"``, too)."""
 
 DEFAULT_POLICIES = ("dots", "dots_no_batch", "names")
@@ -187,11 +185,9 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
                dots: Sequence[Dot] = ()) -> tuple[PolicyOption, ...]:
     """One layer's options: the whole tape first, then ``menu`` (checked by
     :func:`check_policies`) expanded for the layer's ``names`` (:func:`marked_names`) and
-    its matmuls ``dots`` (:func:`jaxremat.sequence.ranked.layer_dots`, for the ranked
-    entries; a threshold that keeps every read dot is left out where ``"dots"``, or
-    ``"dots_no_batch"`` for ``"dots_ranked_no_batch"``, is on the menu, and one that keeps
-    exactly the read dots without batch dimensions where ``"dots_no_batch"`` is: it is that
-    option)."""
+    its matmuls ``dots`` (:func:`jaxremat.sequence.ranked.layer_dots`, for ``"dots_ranked"``;
+    a threshold that is ``"dots"`` or ``"dots_no_batch"`` on the same menu is left out:
+    :func:`jaxremat.sequence.ranked.menu_thresholds`)."""
     options = [PolicyOption("everything", None)]
     save_names = jax.checkpoint_policies.save_only_these_names
     offload_names = lambda *marked: offload_policy("offload_names", marked)  # noqa: E731
@@ -205,13 +201,9 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
                 groups += [(n,) for n in names]
             options += [PolicyOption(f"{entry}:" + ",".join(group), policy(*group), offload)
                         for group in groups]
-        elif entry in RANKED_POLICIES:
-            no_batch = RANKED_POLICIES[entry]
-            plain = "dots_no_batch" if no_batch else "dots"
-            same = not no_batch and "dots_no_batch" in menu  # a threshold may be that option
-            options += [PolicyOption(f"{entry}:>={k}", RankedDots(k, no_batch))
-                        for k in thresholds(dots, no_batch, keep_all=plain not in menu,
-                                            not_as_no_batch=same)]
+        elif entry == RANKED:
+            options += [PolicyOption(f"{entry}:>={k}", RankedDots(k))
+                        for k in menu_thresholds(menu, dots)]
         elif entry in OFFLOAD_POLICIES:
             options.append(PolicyOption(entry, offload_policy(entry), True))
         else:
@@ -222,9 +214,8 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
 def menu_for(menu: Sequence[str | Callable], layer: Callable, p: Any, x: Any, jaxpr: Any = None,
              ) -> tuple[tuple[PolicyOption, ...], tuple[tuple[str, str], ...]]:
     """The options of ``layer(p, x)`` (:func:`layer_menu`, from its marked names and, for a
-    ranked entry on ``menu``, its matmuls), and ``(entry, reason)`` for each ranked entry
-    that gives it none; ``jaxpr``: ``jax.make_jaxpr(layer)(p, x)`` where already traced."""
+    ``"dots_ranked"`` on ``menu``, its matmuls), and ``(entry, reason)`` where that entry
+    gives it none; ``jaxpr``: ``jax.make_jaxpr(layer)(p, x)`` where already traced."""
     jaxpr = jaxpr if jaxpr is not None else jax.make_jaxpr(layer)(p, x)
-    dots = layer_dots(jaxpr) if any(e in RANKED_POLICIES for e in menu if isinstance(e, str)) \
-        else ()
+    dots = layer_dots(jaxpr) if RANKED in menu else ()
     return layer_menu(menu, marked_names(layer, p, x, jaxpr), dots), ranked_notes(menu, dots)

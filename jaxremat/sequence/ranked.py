@@ -15,9 +15,9 @@ length) and last the scores (``K`` = the head dimension), which are large and ch
 
 The menu entry ``"dots_ranked"`` expands per layer (as ``"names"`` does per marked name) into
 :class:`RankedDots` policies "keep the outputs with ``K >= threshold``", the thresholds read
-from the layer's jaxpr (:func:`layer_dots`, :func:`thresholds`); ``"dots_ranked_no_batch"``
-does the same among the dots ``dots_with_no_batch_dims_saveable`` keeps (``dot_general``
-without batch dimensions). Only outputs the backward may read count: ``jax.checkpoint``
+from the layer's jaxpr (:func:`layer_dots`, :func:`thresholds`). (The same ranking among
+the matmuls without batch dimensions only planned exactly as this one on the GPT, ResNet and
+ViT of ``benchmarks/model_budget.py``: not offered.) Only outputs the backward may read count: ``jax.checkpoint``
 saves a value only where the backward needs it, and a matmul whose output reaches the layer's
 output through additions and reshapes alone (a residual block's last projection) is never
 read, so its ``K`` would make an option equal to a smaller one. The profile measures each
@@ -36,12 +36,11 @@ from jax.extend.core import Literal
 from ..jax_compat import sub_jaxprs
 from ..trees import aval_nbytes
 
-__all__ = ["MAX_RANKED", "PASS_THROUGH", "RANKED_POLICIES", "Dot", "RankedDots", "contraction",
-           "layer_dots", "ranked_notes", "thresholds"]
+__all__ = ["MAX_RANKED", "PASS_THROUGH", "RANKED", "Dot", "RankedDots", "contraction",
+           "layer_dots", "menu_thresholds", "ranked_notes", "thresholds"]
 
-RANKED_POLICIES = {"dots_ranked": False, "dots_ranked_no_batch": True}
-"""The menu entries of this module, each with whether it ranks only dots without batch
-dimensions."""
+RANKED = "dots_ranked"
+"""The menu entry of this module."""
 
 MAX_RANKED = 3
 """At most this many ranked options per layer and entry (each costs a profile)."""
@@ -79,19 +78,15 @@ def contraction(prim: Any, *avals: Any, **params: Any) -> tuple[int, bool] | Non
 @dataclasses.dataclass(frozen=True)
 class RankedDots:
     """The ``jax.checkpoint`` policy keeping the outputs of ``dot_general`` and convolution
-    equations whose contraction ``K`` (:func:`contraction`) is at least ``threshold``; with
-    ``no_batch``, only ``dot_general`` equations without batch dimensions. Frozen: equal
-    policies compare and hash equal, as ``jax.checkpoint`` needs of a static argument."""
+    equations whose contraction ``K`` (:func:`contraction`) is at least ``threshold``.
+    Frozen: equal policies compare and hash equal, as ``jax.checkpoint`` needs of a static
+    argument."""
 
     threshold: int
-    no_batch: bool = False
 
     def __call__(self, prim: Any, *avals: Any, **params: Any) -> bool:
         found = contraction(prim, *avals, **params)
-        if found is None:
-            return False
-        size, batched = found
-        return size >= self.threshold and not (self.no_batch and batched)
+        return found is not None and found[0] >= self.threshold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,25 +148,18 @@ def layer_dots(jaxpr: Any) -> tuple[Dot, ...]:
     return tuple(_dots(getattr(jaxpr, "jaxpr", jaxpr), top=True))
 
 
-def _ranked(dots: Sequence[Dot], no_batch: bool) -> list[Dot]:
-    """The dots a ranked policy chooses among: those read, without batch dimensions where
-    ``no_batch``."""
-    return [d for d in dots if d.read and not (no_batch and d.batched)]
-
-
-def thresholds(dots: Sequence[Dot], no_batch: bool = False, keep_all: bool = True,
-               most: int = MAX_RANKED, not_as_no_batch: bool = False) -> tuple[int, ...]:
+def thresholds(dots: Sequence[Dot], keep_all: bool = True, most: int = MAX_RANKED,
+               not_as_no_batch: bool = False) -> tuple[int, ...]:
     """The contraction thresholds of a layer's ranked options, largest first.
 
-    The candidates are the distinct ``K`` of the read ``dots`` (those without batch
-    dimensions when ``no_batch``); without ``keep_all`` the smallest is left out (it keeps
-    every such dot: ``"dots"`` or ``"dots_no_batch"`` on the same menu already is that
-    option); with ``not_as_no_batch``, so is one keeping exactly the read dots without batch
-    dimensions (``"dots_no_batch"`` on the same menu). Of more than ``most`` candidates, the
-    ``most`` whose kept bytes split the dots' bytes most evenly: the largest step between
-    consecutive levels (nothing kept, each threshold's kept bytes, all kept) is least, ties
-    broken by the sum of squared steps, then by larger thresholds."""
-    ranked = _ranked(dots, no_batch)
+    The candidates are the distinct ``K`` of the read ``dots``; without ``keep_all`` the
+    smallest is left out (it keeps every read dot: ``"dots"`` on the same menu already is
+    that option); with ``not_as_no_batch``, so is one keeping exactly the read dots without
+    batch dimensions (``"dots_no_batch"`` on the same menu). Of more than ``most``
+    candidates, the ``most`` whose kept bytes split the dots' bytes most evenly: the largest
+    step between consecutive levels (nothing kept, each threshold's kept bytes, all kept) is
+    least, ties broken by the sum of squared steps, then by larger thresholds."""
+    ranked = [d for d in dots if d.read]
     sizes = sorted({d.size for d in ranked}, reverse=True)
     if not keep_all:
         sizes = sizes[:-1]
@@ -191,22 +179,23 @@ def thresholds(dots: Sequence[Dot], no_batch: bool = False, keep_all: bool = Tru
     return min(itertools.combinations(sizes, most), key=unevenness)
 
 
+def menu_thresholds(menu: Sequence[Any], dots: Sequence[Dot]) -> tuple[int, ...]:
+    """The thresholds (:func:`thresholds`) of a layer with ``dots`` on ``menu``: those that
+    are not already ``"dots"`` or ``"dots_no_batch"`` on it."""
+    return thresholds(dots, keep_all="dots" not in menu,
+                      not_as_no_batch="dots_no_batch" in menu)
+
+
 def ranked_notes(menu: Sequence[Any], dots: Sequence[Dot]) -> tuple[tuple[str, str], ...]:
-    """``(entry, reason)`` for each ranked entry of ``menu`` that gives a layer with ``dots``
-    no option (kept in the layer's ``dropped``, so that the plan says why)."""
-    notes = []
-    for entry, no_batch in RANKED_POLICIES.items():
-        if entry not in menu:
-            continue
-        plain = "dots_no_batch" if no_batch else "dots"
-        ranked = _ranked(dots, no_batch)
-        if not ranked:
-            kind = "dot_general without batch dimensions" if no_batch else \
-                "dot_general or conv_general_dilated"
-            notes.append((entry, f"no {kind} whose output the backward reads in the layer"))
-        elif not thresholds(dots, no_batch, keep_all=plain not in menu,
-                            not_as_no_batch=not no_batch and "dots_no_batch" in menu):
-            sizes = ", ".join(str(k) for k in sorted({d.size for d in ranked}, reverse=True))
-            notes.append((entry, f"contraction sizes {sizes} in the layer: every ranked "
-                                 "option is 'dots' or 'dots_no_batch'"))
-    return tuple(notes)
+    """``(RANKED, reason)`` where ``menu`` has the ranked entry but it gives a layer with
+    ``dots`` no option (kept in the layer's ``dropped``, so that the plan says why)."""
+    if RANKED not in menu:
+        return ()
+    read = sorted({d.size for d in dots if d.read}, reverse=True)
+    if not read:
+        return ((RANKED, "no dot_general or conv_general_dilated whose output the backward "
+                         "reads in the layer"),)
+    if not menu_thresholds(menu, dots):
+        return ((RANKED, f"contraction sizes {', '.join(map(str, read))} in the layer: every "
+                         "ranked option is 'dots' or 'dots_no_batch'"),)
+    return ()
