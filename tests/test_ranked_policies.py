@@ -181,14 +181,16 @@ def test_equal_ranked_options_merge_and_dominated_ones_drop():
     kept = set(found.option_names)
     for name, reason in found.dropped:
         assert name not in kept
-        assert reason.startswith(("same tape as", "dominated by", "no smaller", "contraction sizes"))
+        assert reason.startswith(("same tape as", "dominated by", "no smaller",
+                                  "contraction sizes"))
     names = [o.name for o in layer_menu(("dots", "dots_ranked"), (),
                                         layer_dots(jax.make_jaxpr(layer)(p, x)))]
     assert names[2:] == [f"dots_ranked:>={blocks.D}"]
     assert f"dots_ranked:>={blocks.D}" in kept | set(reasons)
     # the same option twice on the menu (a callable equal to the ranked one) merges into it
     profile = profile_sequence([layer], [p], x, policies=("dots_ranked", RankedDots(blocks.D)))
-    assert dict(profile.layers[0].dropped)["policy1"] == f"same tape as 'dots_ranked:>={blocks.D}'"
+    reasons = dict(profile.layers[0].dropped)
+    assert reasons["policy1"] == f"same tape as 'dots_ranked:>={blocks.D}'"
 
 
 # ------------------------------------------------------------------------------ applying

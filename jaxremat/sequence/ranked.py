@@ -15,13 +15,14 @@ length) and last the scores (``K`` = the head dimension), which are large and ch
 
 The menu entry ``"dots_ranked"`` expands per layer (as ``"names"`` does per marked name) into
 :class:`RankedDots` policies "keep the outputs with ``K >= threshold``", the thresholds read
-from the layer's jaxpr (:func:`layer_dots`, :func:`thresholds`). (The same ranking among
-the matmuls without batch dimensions only planned exactly as this one on the GPT, ResNet and
-ViT of ``benchmarks/model_budget.py``: not offered.) Only outputs the backward may read count: ``jax.checkpoint``
-saves a value only where the backward needs it, and a matmul whose output reaches the layer's
-output through additions and reshapes alone (a residual block's last projection) is never
-read, so its ``K`` would make an option equal to a smaller one. The profile measures each
-option like any other: the DP, not this ranking, decides what each one is worth.
+from the layer's jaxpr (:func:`layer_dots`, :func:`thresholds`). Only outputs the backward
+may read count: ``jax.checkpoint`` saves a value only where the backward needs it, and a
+matmul whose output reaches the layer's output through additions and reshapes alone (a
+residual block's last projection) is never read, so its ``K`` would make an option equal to
+a smaller one. The profile measures each option like any other: the DP, not this ranking,
+decides what each one is worth. (The same ranking among the matmuls without batch
+dimensions only planned exactly as this one on the GPT, ResNet and ViT of
+``benchmarks/model_budget.py``, benchmarks/RESULTS.md "Issue 17.6": not offered.)
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ RANKED = "dots_ranked"
 """The menu entry of this module."""
 
 MAX_RANKED = 3
-"""At most this many ranked options per layer and entry (each costs a profile)."""
+"""At most this many ranked options per layer (each costs a profile)."""
 
 PASS_THROUGH = frozenset({
     "add", "add_any", "sub", "neg", "reshape", "transpose", "broadcast_in_dim", "squeeze",
