@@ -20,10 +20,15 @@ the plain model's, and the gradient's flops (``cost_analysis`` before XLA optimi
     python benchmarks/model_budget.py --issue    # adds the GPT of issue 16 (width 128, 8 blocks)
     python benchmarks/model_budget.py --costs static   # the blocks planned by the roofline
     python benchmarks/model_budget.py --large           # GPU sizes: ViT-S/16 at 224x224, ...
+    python benchmarks/model_budget.py --policies default,ranked   # the fitted rows per menu
 
 On a GPU (or with ``--device-columns on``) each row also gets the jitted gradient's compiled
 temp memory (``memory_analysis``), its median step time and that time over the uniform
 policy's it is compared with (on CPU XLA undoes remat, so those columns say nothing there).
+
+``--policies`` names the policy menus the blocks are planned with (comma-separated; the
+fitted rows are repeated per menu, labelled with it): ``default``, ``none`` (the whole tape
+only) and ``ranked`` (the default and ``"dots_ranked"``, issue 17.6).
 
 The blocks are planned with ``--costs`` (default ``flops``, what the table compares; the
 examples' default is ``static``, the roofline, which may trade flops for memory traffic).
@@ -50,6 +55,7 @@ from jaxremat.flax.meter import pure_step  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from jax_memory import compiled_columns  # noqa: E402
+from policies import MENUS  # noqa: E402  (the menus by --policies name)
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
@@ -112,10 +118,11 @@ def _device_cells(cols, reference) -> str:
 
 
 def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: str,
-            device: bool = False) -> None:
+            device: bool = False, menus: tuple[str, ...] = ("default",)) -> None:
     looped = functools.partial(_looped, cls, before, after)  # plain or uniform: the user's loop
-    # the example's class, its blocks planned with ``costs`` (a subclass decorated anew)
-    cls = remat_blocks("blocks", costs=costs)(type(cls.__name__, (cls,), {}))
+    # the example's class, its blocks planned with ``costs`` and each menu (a subclass each)
+    fitted = {menu: remat_blocks("blocks", costs=costs, policies=MENUS[menu])(
+        type(cls.__name__, (cls,), {})) for menu in menus}
     measure = lambda model: jaxremat.flax.activation_memory(model, loss_fn, *batch)  # noqa: E731
     plain_model = make(looped(None))
     plain, plain_flops = measure(plain_model), _flops(plain_model, loss_fn, *batch)
@@ -131,14 +138,16 @@ def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: 
         print(f"{label:>22} {jaxremat.format_bytes(memory):>11} {memory / plain:>9.3f} "
               f"{flops / plain_flops:>12.3f} {1:>13.3f}{_device_cells(steps[label], steps[label])}"
               f"  nnx.remat({policy}) on each block")
-    budgets = [(f"fitted @ {label}", memory, label) for label, (memory, _) in uniform.items()]
-    budgets += [(f"fitted @ {s}", s, None) for s in shares]
-    for label, budget, policy in budgets:
+    tag = lambda menu: "" if menus == ("default",) else f"{menu}: "  # noqa: E731
+    budgets = [(menu, f"{tag(menu)}fitted @ {label}", memory, label)
+               for menu in menus for label, (memory, _) in uniform.items()]
+    budgets += [(menu, f"{tag(menu)}fitted @ {s}", s, None) for menu in menus for s in shares]
+    for menu, label, budget, policy in budgets:
         if policy is None:  # the cheapest uniform policy that fits the share
             share = float(budget.rstrip("%")) / 100 * plain
             fitting = [k for k, (m, _) in uniform.items() if m <= share]
             policy = min(fitting, key=lambda k: uniform[k][1]) if fitting else None
-        model = make(cls)
+        model = make(fitted[menu])
         model.remat_budget = budget
         plan = model.fit_blocks(loss_fn, *batch)
         memory, flops = measure(model), _flops(model, loss_fn, *batch)
@@ -151,10 +160,18 @@ def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: 
               f"{flops / plain_flops:>12.3f} {ratio}{cells}  {plan.method}: "
               f"{sum(d.startswith('store tape') for d in plan.decisions())} of {len(plan.decisions())} tapes stored"
               + (f" (policies {', '.join(options)})" if options else "")
-              + (f"; vs {policy}" if label.endswith("%") and policy else ""))
+              + (f"; vs {policy}" if label.endswith("%") and policy else "")
+              + (f"; half its overhead: {_half(flops, uniform[policy][1], plain_flops)}"
+                 if label.endswith("%") and policy else ""))
 
 
-def gpt_rows(issue: bool, costs: str, device: bool, large: bool) -> None:
+def _half(flops: float, policy_flops: float, plain_flops: float) -> str:
+    """Whether the overhead over the plain step (flops) is at most half the uniform
+    policy's (issue 17.6's target between the uniform policies' memories)."""
+    return "yes" if flops / plain_flops - 1 <= (policy_flops / plain_flops - 1) / 2 + 1e-9 else "NO"
+
+
+def gpt_rows(issue: bool, costs: str, device: bool, large: bool, menus: tuple) -> None:
     before = lambda self, t: self.tokens(t) + self.positions(jnp.arange(t.shape[-1]))  # noqa: E731
     after = lambda self, h: self.out(self.norm(h))  # noqa: E731
     configs = [(32, 32, 4, 6, 32, 16)] + ([(256, 128, 4, 8, 128, 8)] if issue else [])
@@ -169,10 +186,10 @@ def gpt_rows(issue: bool, costs: str, device: bool, large: bool) -> None:
 
         compare(f"GPT (examples/gpt_nnx.py): width {dim}, {depth} blocks, context {context}, "
                 f"batch {batch}", make, gpt.GPT, before, after, gpt.loss_fn, (data,),
-                ["50%", "30%"], costs, device)
+                ["50%", "30%"], costs, device, menus)
 
 
-def resnet_rows(costs: str, device: bool, large: bool) -> None:
+def resnet_rows(costs: str, device: bool, large: bool, menus: tuple) -> None:
     widths, n = ((32, 64, 128), 64) if large else ((8, 16, 32), 16)
     images, labels = resnet.synthetic_cifar(0, n)
 
@@ -182,10 +199,10 @@ def resnet_rows(costs: str, device: bool, large: bool) -> None:
 
     compare(f"ResNet (examples/resnet_nnx.py blocks): widths {widths}, 6 residual blocks, "
             f"batch {n} of 32x32x3", make, ResNet, lambda self, x: self.stem(x),
-            lambda self, h: self.head(h), resnet.loss_fn, (images, labels), ["80%", "60%"], costs, device)
+            lambda self, h: self.head(h), resnet.loss_fn, (images, labels), ["80%", "60%"], costs, device, menus)
 
 
-def vit_rows(costs: str, device: bool, large: bool) -> None:
+def vit_rows(costs: str, device: bool, large: bool, menus: tuple) -> None:
     # image, patch, width, heads, depth, batch: ViT-S/16 at --large
     size, patch, dim, heads, depth, n = (224, 16, 384, 6, 12, 32) if large else (32, 4, 32, 4, 6, 16)
     images, labels = vit.synthetic_images(0, n, size)
@@ -197,7 +214,7 @@ def vit_rows(costs: str, device: bool, large: bool) -> None:
     compare(f"ViT (examples/vit_nnx.py): {size}x{size} images in {patch}x{patch} patches "
             f"({(size // patch) ** 2 + 1} tokens), width {dim}, {heads} heads, {depth} blocks, "
             f"batch {n}", make, vit.ViT, lambda self, x: self.embed(x),
-            lambda self, h: self.classify(h), vit.loss_fn, (images, labels), ["50%", "30%"], costs, device)
+            lambda self, h: self.classify(h), vit.loss_fn, (images, labels), ["50%", "30%"], costs, device, menus)
 
 
 def main(argv=None) -> None:
@@ -207,18 +224,24 @@ def main(argv=None) -> None:
     parser.add_argument("--costs", default="flops", choices=("flops", "static", "measured"),
                         help="the blocks' cost model (remat_blocks' costs=); the table "
                         "compares flops, which 'flops' minimises")
+    parser.add_argument("--policies", default=["default"],
+                        type=lambda s: [v for v in s.split(",") if v],
+                        help=f"the blocks' policy menus, comma-separated: {sorted(MENUS)}")
     parser.add_argument("--large", action="store_true", help="GPU sizes (ViT-S/16 and the like)")
     parser.add_argument("--device-columns", choices=("auto", "on", "off"), default="auto",
                         help="compiled temp memory and step time: auto = on a GPU/TPU only")
     args = parser.parse_args(argv)
     device = {"auto": jax.devices()[0].platform != "cpu", "on": True,
               "off": False}[args.device_columns]
-    rows = {"gpt": lambda: gpt_rows(args.issue, args.costs, device, args.large),
-            "resnet": lambda: resnet_rows(args.costs, device, args.large),
-            "vit": lambda: vit_rows(args.costs, device, args.large)}
+    menus = tuple(args.policies)
+    rows = {"gpt": lambda: gpt_rows(args.issue, args.costs, device, args.large, menus),
+            "resnet": lambda: resnet_rows(args.costs, device, args.large, menus),
+            "vit": lambda: vit_rows(args.costs, device, args.large, menus)}
     unknown = set(args.models.split(",")) - set(rows)
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {sorted(rows)}")
+    if set(menus) - set(MENUS):
+        parser.error(f"unknown menus {sorted(set(menus) - set(MENUS))}; choose from {sorted(MENUS)}")
     print(f"JAX {jax.__version__}, backend {jax.default_backend()}; costs={args.costs!r}; memory: "
           "jaxremat.flax.activation_memory (program order), flops: lowered cost_analysis")
     for name in args.models.split(","):

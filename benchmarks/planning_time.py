@@ -3,13 +3,16 @@
     python benchmarks/planning_time.py                      # this checkout
     python benchmarks/planning_time.py --root /work/main    # another checkout, same models
     python benchmarks/planning_time.py --part resnet --budgets 50% 60% 75% 90%
+    python benchmarks/planning_time.py --part stack --policies ranked   # another menu
 
 Two parts, each timed with ``time.process_time`` (CPU of this process, all threads), so
 that the numbers mean something on a shared machine:
 
 * ``stack``: ``remat_sequence`` of 12 GPT-2 blocks (``benchmarks/policies.py``'s
-  ``gpt_blocks_model``, width 128, the default policy menu): the first plan, a re-plan at a
-  new batch size, a re-plan at a new budget.
+  ``gpt_blocks_model``, width 128, the policy menu ``--policies``: a name of
+  ``benchmarks/policies.py``'s ``MENUS``, ``default`` unless given): the first plan, a
+  re-plan at a new batch size, a re-plan at a new budget. Time two menus in two processes
+  (the second menu in the same process would find JAX's caches warm).
 * ``resnet``: ``jaxremat.flax.RematModule`` on a 6-block ResNet (``examples/resnet_nnx.py``'s
   blocks, widths 16/32/64, batch 8 of 32x32x3): one plan per budget, in the order given,
   on one model (later budgets reuse what the earlier ones planned, as in a sweep).
@@ -39,18 +42,21 @@ def _timed(make):
     return time.process_time() - start, result
 
 
-def stack_rows(n_layer: int = 12) -> list[tuple[str, float, str]]:
-    from policies import gpt_blocks_model
+def stack_rows(n_layer: int = 12, menu: str = "default") -> list[tuple[str, float, str]]:
+    from policies import MENUS, gpt_blocks_model
     from jaxremat import remat_sequence
 
     layers, params, x = gpt_blocks_model(n_layer=n_layer, batch=4, seq=64)
+    policies = MENUS[menu]
     rows = []
-    seconds, plan = _timed(lambda: remat_sequence(layers, "50%").plan(params, x))
-    rows.append(("first plan (batch 4, 50%)", seconds, f"{len(plan.rows())} layers"))
+    seconds, plan = _timed(lambda: remat_sequence(layers, "50%", policies=policies).plan(params, x))
+    rows.append(("first plan (batch 4, 50%)", seconds,
+                 f"{len(plan.rows())} layers, menu {menu}: options "
+                 f"{', '.join(plan.layers[1].option_names)}"))
     half = x[:2]  # sliced before the clock starts: the slice compiles (0.02-0.04 s CPU)
-    seconds, _ = _timed(lambda: remat_sequence(layers, "50%").plan(params, half))
+    seconds, _ = _timed(lambda: remat_sequence(layers, "50%", policies=policies).plan(params, half))
     rows.append(("new batch size (2)", seconds, ""))
-    seconds, _ = _timed(lambda: remat_sequence(layers, "30%").plan(params, x))
+    seconds, _ = _timed(lambda: remat_sequence(layers, "30%", policies=policies).plan(params, x))
     rows.append(("new budget (30%)", seconds, ""))
     return rows
 
@@ -96,6 +102,8 @@ def main() -> None:
     parser.add_argument("--root", default=os.path.join(HERE, ".."),
                         help="the checkout whose jaxremat and solver are timed")
     parser.add_argument("--part", choices=("stack", "resnet", "both"), default="both")
+    parser.add_argument("--policies", default="default",
+                        help="the stack's policy menu (benchmarks/policies.py MENUS)")
     parser.add_argument("--budgets", nargs="+", default=["50%", "60%", "75%", "90%"])
     args = parser.parse_args()
     sys.path[:0] = [os.path.abspath(args.root), HERE,
@@ -105,7 +113,7 @@ def main() -> None:
     print(f"jaxremat from {os.path.dirname(jaxremat.__file__)}")
     rows = []
     if args.part in ("stack", "both"):
-        rows += stack_rows()
+        rows += stack_rows(menu=args.policies)
     if args.part in ("resnet", "both"):
         rows += resnet_rows(args.budgets)
     print("| what | CPU s | note |\n|---|---|---|")

@@ -1,7 +1,7 @@
 """Uniform ``jax.checkpoint`` policies against jaxremat's per-layer choice, at equal memory.
 
     python benchmarks/policies.py [--models gpt,mlp,conv,gpt_blocks] [--costs flops|static|measured]
-        [--fractions 0.25,0.4,0.6,0.8] [--policies default|none] [--bare] [--scale N]
+        [--fractions 0.25,0.4,0.6,0.8] [--policies default,ranked,...] [--bare] [--scale N]
         [--device-columns auto|on|off]
 
 For each model (``gpt``, ``mlp``, ``conv``: the builders of ``benchmarks/jax_memory.py``;
@@ -32,6 +32,9 @@ plan's overhead, the dynamic program's optimum at the same budget with 5000 slot
 the cheapest fitting uniform policy's predicted overhead; where even the optimum is above
 that half, no mix of the menu's options reaches the target in the model.
 ``--bare`` adds jaxremat's flops with ``policies=()`` (the whole tape only).
+``--policies`` names the menus jaxremat plans with (:data:`MENUS`; one table per menu, the
+uniform policies measured once): ``default``, ``none`` (the whole tape only), ``ranked``
+(the default and ``"dots_ranked"``, issue 17.6).
 
 On a GPU (``--device-columns auto``; ``on`` also runs them on CPU, where they mean nothing:
 XLA's CPU compiler undoes remat) each row adds, for the cheapest fitting uniform policy and
@@ -59,6 +62,7 @@ import solver  # noqa: E402
 from jax_memory import MODELS, _flops, _loss, _plain, compiled_columns  # noqa: E402
 from jaxremat import activation_memory, remat_sequence  # noqa: E402
 from jaxremat.sequence.options import option_aliases  # noqa: E402
+from jaxremat.sequence.policies import DEFAULT_POLICIES  # noqa: E402
 
 UNIFORM = {
     "nothing": jax.checkpoint_policies.nothing_saveable,
@@ -69,6 +73,8 @@ UNIFORM = {
 # the uniform policy's plan among solver.uniform_plans (by method name)
 UNIFORM_METHOD = {"nothing": "every_layer", "dots_no_batch": "uniform:dots_no_batch",
                   "dots": "uniform:dots", "everything": "none"}
+MENUS = {"default": None, "none": (), "ranked": DEFAULT_POLICIES + ("dots_ranked",)}
+"""jaxremat's policy menus by ``--policies`` name (``remat_sequence(policies=...)``)."""
 
 
 # ------------------------------------------------- a GPT-2-style decoder, as a user writes it
@@ -211,8 +217,16 @@ def model_table(name, args):
         rows[policy_name] = (mem, flops / plain_flops)
         if args.gpu:
             device[policy_name] = device_columns(uniform(layers, policy), params, x)
+    for menu in args.policies:
+        menu_table(menu, layers, params, x, plain_mem, plain_flops, rows, device, args)
+
+
+def menu_table(menu, layers, params, x, plain_mem, plain_flops, rows, device, args):
+    """The table of jaxremat with the policy menu ``MENUS[menu]`` against the uniform
+    policies' ``rows`` (``device``: their GPU columns)."""
     budgets = [(f"= {n}", rows[n][0], True) for n in UNIFORM]
-    policies = None if args.policies == "default" else ()
+    policies = MENUS[menu]
+    print(f"\n### menu {menu}: policies={policies!r}")
     # the chain's own prediction of each uniform plan: at that budget the DP can take it
     profiled = remat_sequence(layers, int(plain_mem * 10), costs=args.costs, policies=policies)
     predictions = uniform_predictions(profiled.plan(params, x))
@@ -274,8 +288,9 @@ def main() -> None:
                         "the device (remat_sequence's costs=)")
     parser.add_argument("--fractions", default="0.25,0.4,0.6,0.8",
                         type=lambda s: [float(v) for v in s.split(",") if v])
-    parser.add_argument("--policies", default="default", choices=("default", "none"),
-                        help="jaxremat's menu: the default, or none (the whole tape only)")
+    parser.add_argument("--policies", default=["default"],
+                        type=lambda s: [v for v in s.split(",") if v],
+                        help=f"jaxremat's menus, comma-separated, one table each: {sorted(MENUS)}")
     parser.add_argument("--bare", action="store_true",
                         help="add jaxremat's flops with policies=() (the whole tape only)")
     parser.add_argument("--scale", type=int, default=1, help="multiplies the batch size")
@@ -287,8 +302,11 @@ def main() -> None:
     unknown = set(args.models.split(",")) - set(BUILDERS)
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {sorted(BUILDERS)}")
+    if set(args.policies) - set(MENUS):
+        parser.error(f"unknown menus {sorted(set(args.policies) - set(MENUS))}; choose from "
+                     f"{sorted(MENUS)}")
     print(f"JAX {jax.__version__}, backend {jax.default_backend()}; costs={args.costs!r}, "
-          f"menu={args.policies}; memory: activation_memory (program order), flops: "
+          f"menus={','.join(args.policies)}; memory: activation_memory (program order), flops: "
           "lowered cost_analysis of value_and_grad"
           + (f"; device {jax.devices()[0].device_kind}: compiled temp memory and median step "
              "time of the jitted value_and_grad" if args.gpu else ""))

@@ -34,7 +34,7 @@ from ..measure import offload
 from ..measure.trace import TracedLayer, tape_signature, trace_layer
 from .calibration import CostMeter, Uncalibrated
 from .layer import LayerProfile, OptionProfile, layer_costs
-from .policies import PolicyOption, layer_menu, marked_names
+from .policies import PolicyOption, menu_for
 
 _SAME = "same tape as "
 _DOMINATED = "dominated by "
@@ -123,11 +123,12 @@ def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: T
     traced (:data:`Tracer`); ``plain``: ``jax.make_jaxpr(layer)(p, x)`` where already traced
     (read for the names the layer marks)."""
     options: list[OptionProfile] = []
-    dropped: list[tuple[str, str]] = []
+    menu_options, notes = menu_for(menu, layer, p, x, plain)
+    dropped: list[tuple[str, str]] = list(notes)
     seen = {(tape_signature(traced), base.bwd_flops, base.fwd_tape_flops, base.fwd_tmp,
              base.bwd_tmp): "everything"}
     no_host = None
-    for option in layer_menu(menu, marked_names(layer, p, x, plain))[1:]:
+    for option in menu_options[1:]:
         if option.offload and (no_host := no_host or offload.offload_unavailable()):
             dropped.append((option.name, no_host))
             continue

@@ -16,6 +16,10 @@ into the per-layer menu of such options:
 * ``"names"``: ``save_only_these_names`` for the names the user marked in the layer with
   ``jax.ad_checkpoint.checkpoint_name``: all of them (option ``"names:a,b"``) and, when
   a layer marks two or three names, each on its own;
+* ``"dots_ranked"`` (opt-in): per layer, up to three policies "keep the matmul and
+  convolution outputs whose contraction ``K`` is at least a threshold" (options
+  ``"dots_ranked:>=K"``), the thresholds read from the layer's jaxpr: outputs ranked by
+  recompute flops per kept byte (:mod:`jaxremat.sequence.ranked`, issue 17.6);
 * ``"offload_dots_no_batch"``: ``offload_dot_with_no_batch_dims`` to ``pinned_host``
   (those matmul outputs kept in host memory instead of on the device);
 * ``"offload_names"``: ``save_and_offload_only_these_names`` with the marked names
@@ -39,8 +43,10 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jax
 
+from .ranked import RANKED, Dot, RankedDots, layer_dots, menu_thresholds, ranked_notes
+
 __all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
-           "check_policies", "layer_menu", "marked_names", "offload_policy"]
+           "check_policies", "layer_menu", "marked_names", "menu_for", "offload_policy"]
 
 _BUILTIN: dict[str, Callable[..., bool]] = {
     "dots": jax.checkpoint_policies.dots_saveable,
@@ -58,7 +64,7 @@ _ALIASES = {
 }
 OFFLOAD_POLICIES = ("offload_dots_no_batch", "offload_names")
 """The policy names that keep residuals in host memory (``pinned_host``)."""
-POLICY_NAMES = ("everything", "dots", "dots_no_batch", "names") + OFFLOAD_POLICIES
+POLICY_NAMES = ("everything", "dots", "dots_no_batch", "names", RANKED) + OFFLOAD_POLICIES
 """The policy names ``policies=`` accepts (JAX's own names, e.g. ``"dots_saveable"``, too)."""
 
 DEFAULT_POLICIES = ("dots", "dots_no_batch", "names")
@@ -175,9 +181,13 @@ def _callable_name(policy: Callable, position: int) -> str:
     return name if isinstance(name, str) and name != "<lambda>" else f"policy{position}"
 
 
-def layer_menu(menu: Sequence[str | Callable], names: Sequence[str]) -> tuple[PolicyOption, ...]:
+def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
+               dots: Sequence[Dot] = ()) -> tuple[PolicyOption, ...]:
     """One layer's options: the whole tape first, then ``menu`` (checked by
-    :func:`check_policies`) expanded for the layer's ``names`` (:func:`marked_names`)."""
+    :func:`check_policies`) expanded for the layer's ``names`` (:func:`marked_names`) and
+    its matmuls ``dots`` (:func:`jaxremat.sequence.ranked.layer_dots`, for ``"dots_ranked"``;
+    a threshold that is ``"dots"`` or ``"dots_no_batch"`` on the same menu is left out:
+    :func:`jaxremat.sequence.ranked.menu_thresholds`)."""
     options = [PolicyOption("everything", None)]
     save_names = jax.checkpoint_policies.save_only_these_names
     offload_names = lambda *marked: offload_policy("offload_names", marked)  # noqa: E731
@@ -191,8 +201,21 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str]) -> tuple[Po
                 groups += [(n,) for n in names]
             options += [PolicyOption(f"{entry}:" + ",".join(group), policy(*group), offload)
                         for group in groups]
+        elif entry == RANKED:
+            options += [PolicyOption(f"{entry}:>={k}", RankedDots(k))
+                        for k in menu_thresholds(menu, dots)]
         elif entry in OFFLOAD_POLICIES:
             options.append(PolicyOption(entry, offload_policy(entry), True))
         else:
             options.append(PolicyOption(entry, _BUILTIN[entry]))
     return tuple(options)
+
+
+def menu_for(menu: Sequence[str | Callable], layer: Callable, p: Any, x: Any, jaxpr: Any = None,
+             ) -> tuple[tuple[PolicyOption, ...], tuple[tuple[str, str], ...]]:
+    """The options of ``layer(p, x)`` (:func:`layer_menu`, from its marked names and, for a
+    ``"dots_ranked"`` on ``menu``, its matmuls), and ``(entry, reason)`` where that entry
+    gives it none; ``jaxpr``: ``jax.make_jaxpr(layer)(p, x)`` where already traced."""
+    jaxpr = jaxpr if jaxpr is not None else jax.make_jaxpr(layer)(p, x)
+    dots = layer_dots(jaxpr) if RANKED in menu else ()
+    return layer_menu(menu, marked_names(layer, p, x, jaxpr), dots), ranked_notes(menu, dots)
