@@ -79,7 +79,7 @@ from solver import Chain, Schedule, make_schedule
 from solver.chain.options import layer_costs
 
 from .members import UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
-from .simulate import is_homogeneous, simulate_member
+from .simulate import is_homogeneous, phase_peaks, simulate_member
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "solver_plan", "family",
            "choose", "member_time", "chain_options", "loop_margin", "Choice", "member_schedule",
@@ -169,7 +169,21 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
 
     The meter counts a loop's outputs (the stacked residuals) from before its body runs,
     beside the body's own values, and the new carry beside the old one: one iteration's
-    residuals and carry twice. Per checkpointing level that is the segment's input (its
+    residuals and carry twice. The plain scan (no level) by phase: its forward loop holds
+    one layer's tape (the carry's copy included) and the carry beyond the chain's forward
+    peak (the stacked tapes and the final carry are allocated before the body, which holds
+    its own tape and new carry, and the input carry stays live beside its copy in the
+    stack); its backward loop one tape beyond the chain's backward peak (the body reads its
+    tape as slices of the stacked one, live to the loop's end, so that the layer's backward
+    cannot free its residuals early as ``bwd_tmp`` credits). The margin is the larger of
+    the two phases' sums less the chain's peak (:func:`jaxremat.scan.simulate.plain_peaks`):
+    exact on the MLP blocks (whole tape and ``dots_saveable``) and on the GPT-2 block under
+    a policy, on JAX 0.10.2 and 0.12, an upper bound on the GPT-2 block's whole tape (9 x
+    over at L = 8: its causal mask is hoisted out of the scan, not stacked). JAX 0.12's
+    layer backward frees ``tanh``'s ``1 - y**2`` early (``bwd_tmp`` one activation less on
+    the MLP block), so the chain's backward peak fell below the forward one, where the
+    former margin (one tape on the whole peak) missed the carry (benchmarks/RESULTS.md,
+    branch scan012). Per checkpointing level that is the segment's input (its
     residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
     layer's tape under the member's option (none when every segment is one layer in one
     scan, ``jax.checkpoint`` per layer, where the carry alone is counted twice: ``x``; and
@@ -194,17 +208,21 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     x = float(chain.x_size[0])
     L = chain.length
     sizes = tuple(k for k in member.sizes if k < L)
-    if sizes == (1,):  # jax.checkpoint per layer in one scan: the new carry beside the old
-        return x
     tape = float(chain.xbar_size[0] if chain.options is None or not member.option
                  else chain.options.xbar_size[0, member.option])
-    if sizes and sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop there
+    if sizes in ((), (1,)):  # the loop terms by phase (docstring)
+        forward, recompute, backward = phase_peaks(chain, member)
+        peak = max(forward, recompute, backward)
+        if not sizes:  # the plain scan
+            return max(forward + tape + x, backward + tape) - peak
+        return max(forward, recompute, backward + x) - peak  # jax.checkpoint per layer
+    if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop there
         tape = 0.0
     # under a policy (option >= 1), a parameter slice a layer's jax.checkpoint saves for
     # its backward: an input of the layer, which the chain's profile does not count
     leaf = param_bytes if leaf_bytes is None else leaf_bytes
-    split = leaf if member.option and sizes else 0.0
-    if sizes and not reshaped(L, sizes):
+    split = leaf if member.option else 0.0
+    if not reshaped(L, sizes):
         split += 2 * L * param_bytes
     if len(sizes) > 1:
         split += 2 * sizes[0] * param_bytes
