@@ -143,9 +143,10 @@ def test_plain_scan_and_checkpoint_per_layer_predicted_exactly(block):
     forward's transient clamped at zero in the profile) and on the GPT-2 block (its causal
     mask, in every layer's tape, is hoisted out of the scan): upper bounds within 6%.
     Before loop_margin took the plain scan's loop terms by phase, JAX 0.12's plain scan
-    measured one activation above the prediction on the MLP and element-wise blocks (the
-    layer's backward frees ``1 - tanh**2`` early there, so the chain's peak moved to the
-    forward, where the margin missed the carry) and jax.checkpoint per layer one below."""
+    measured one activation above the prediction on the MLP and element-wise blocks (their
+    backward holds fewer temporaries there, tanh's ``1 - y**2`` saved by the forward, so the
+    chain's peak moved to the forward, where the margin missed the carry) and
+    jax.checkpoint per layer one below."""
     L = 4
     fn, params, x = BLOCKS[block](L)
     options, check = _predict_and_measure(fn, params, x)

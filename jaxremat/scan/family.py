@@ -190,9 +190,9 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     holds what the scan does not stack (the GPT-2 block's causal mask, hoisted out of the
     loop: 0.97 at L = 8, 16; the pre-LayerNorm MLP: 0.96). Before, one tape on the whole
     peak was exact on JAX 0.10.2 only because the chain's backward peak (``bwd_tmp``: one
-    activation on the MLP block) made up for the forward's carry; JAX 0.12's backward frees
-    ``tanh``'s ``1 - y**2`` early (``bwd_tmp`` 0), and the plain scan measured one
-    activation above the prediction.
+    activation on the MLP block) made up for the forward's carry; JAX 0.12 saves ``tanh``'s
+    ``1 - y**2`` in the forward, its pullback multiplies once (``bwd_tmp`` 0), and the plain
+    scan measured one activation above the prediction.
 
     The other members, on the whole peak: per checkpointing level the segment's input (its
     residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
