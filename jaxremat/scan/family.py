@@ -210,10 +210,14 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     parameter leaf more (the largest): the meter found up to one leaf more than the rest
     of the margin (one weight matrix for ``k > 1`` with ``k`` a scan of one-layer pieces;
     the residual MLP block, ``tests/test_scan_margin.py``). An upper bound on every member
-    of one or two levels of the small families of ``tests/test_scan_margin.py`` (MLP,
-    element-wise and GPT-2 blocks, ``unroll`` 0 and 2), but for one vector parameter's
-    broadcast (a LayerNorm scale: 128-512 B) on a few GPT-2 members; exact for one reshaped
-    level of scanned runs on the MLP block. Below two levels it is loose: the meter's
+    of one or two levels of small families (L = 4, 6; the MLP, element-wise, transformer
+    MLP and GPT-2 blocks of ``tests/test_scan_margin.py`` and ``benchmarks/scan_depth.py``,
+    ``unroll`` 0 and 2), but for one vector parameter's broadcast (a LayerNorm scale:
+    128-512 B) on a few GPT-2 members; exact for one reshaped level of scanned runs on the
+    MLP block. Not counted: the gradient of each unrolled layer's parameter slices, padded
+    into the segment's rows (``k`` layers' worth per leaf), which exceeds the margin where a
+    layer's parameters far outweigh an activation (segments of two at 1.19-1.34x on an MLP
+    of width 32 at batch 8, parameters 8 x). Below two levels it is loose: the meter's
     peak, in the innermost backward, finds part of what each level adds freed (``8 > 2``
     on that block under ``dots_saveable``: about one activation and one weight matrix
     over), so the least budget named is the measured peak (:meth:`RematScan._fit`), which
