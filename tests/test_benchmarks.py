@@ -81,3 +81,16 @@ def test_policies_never_dearer_than_a_fitting_uniform_policy_it_predicts():
         assert memory <= budget
         if row[0].startswith("predicted") or row[0].endswith("of plain"):
             assert row[8] == "yes", row
+
+
+@pytest.mark.slow  # a subprocess run of the benchmark script
+def test_scan_prediction_rows_are_upper_bounds():
+    out = _run("benchmarks/scan_prediction.py", "--blocks", "mlp", "--depths", "4",
+               "--members", "(),(1,),(2,)")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| mlp ")]
+    assert len(rows) == 6  # three members, two options (the whole tape, dots_saveable)
+    for row in rows:
+        measured, predicted = int(row[5]), float(row[6])
+        assert measured <= predicted, row
+        if row[3].strip() in ("plain", "1"):
+            assert measured == predicted, row  # the loop terms by phase: exact

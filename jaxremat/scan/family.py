@@ -79,7 +79,7 @@ from solver import Chain, Schedule, make_schedule
 from solver.chain.options import layer_costs
 
 from .members import UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
-from .simulate import is_homogeneous, simulate_member
+from .simulate import is_homogeneous, phase_peaks, simulate_member
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "solver_plan", "family",
            "choose", "member_time", "chain_options", "loop_margin", "Choice", "member_schedule",
@@ -167,48 +167,86 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     ``param_bytes``: one layer's parameters; ``leaf_bytes``: its largest parameter leaf
     (``param_bytes`` when not given).
 
-    The meter counts a loop's outputs (the stacked residuals) from before its body runs,
-    beside the body's own values, and the new carry beside the old one: one iteration's
-    residuals and carry twice. Per checkpointing level that is the segment's input (its
+    The meter counts a loop's outputs (the stacked residuals, the final carry) from before
+    its body runs, beside the body's own values: one iteration's residuals and carry twice.
+    Where that lands depends on the phase, so the plain scan and ``jax.checkpoint`` per
+    layer take their terms by phase (:func:`jaxremat.scan.simulate.phase_peaks`: the
+    chain's peaks before the loss, in the recomputations after it and in the ``B`` ops),
+    the margin being the largest phase sum less the chain's peak:
+
+    * the plain scan (no level): its forward loop holds one layer's tape (the carry's copy
+      included) and the carry beyond the chain's forward peak (the stacked tapes and the
+      final carry are allocated before the body, which holds its own tape and new carry);
+      its backward loop one tape beyond the chain's ``B`` peak (the body reads its tape as
+      slices of the stacked one, live to the loop's end, so the layer's backward cannot
+      free residuals early as ``bwd_tmp`` credits it);
+    * ``jax.checkpoint`` per layer in one scan (``(1,)``): the backward loop's final carry
+      beyond the ``B`` peak; the recomputation's candidate (a tape-only forward) already
+      counts the layer's output, which the recomputation does not compute.
+
+    Measured (``benchmarks/scan_prediction.py``, benchmarks/RESULTS.md, branch scan012):
+    exact for both on the MLP blocks and the GPT-2 block under every policy, on JAX 0.10.2
+    and 0.12; an upper bound on the plain scan with whole tapes where the profile's tape
+    holds what the scan does not stack (the GPT-2 block's causal mask, hoisted out of the
+    loop: 0.97 at L = 8, 16; the pre-LayerNorm MLP: 0.96). Before, one tape on the whole
+    peak was exact on JAX 0.10.2 only because the chain's backward peak (``bwd_tmp``: one
+    activation on the MLP block) made up for the forward's carry; JAX 0.12 saves ``tanh``'s
+    ``1 - y**2`` in the forward, its pullback multiplies once (``bwd_tmp`` 0), and the plain
+    scan measured one activation above the prediction.
+
+    The other members, on the whole peak: per checkpointing level the segment's input (its
     residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
-    layer's tape under the member's option (none when every segment is one layer in one
-    scan, ``jax.checkpoint`` per layer, where the carry alone is counted twice: ``x``; and
-    none when the innermost runs are unrolled, of at most ``unroll`` layers: no loop
-    there). A level that does not reshape the parameters
-    (:func:`jaxremat.scan.members.reshaped`) splits them (``lax.split``) and the meter
-    counts the pieces and the gradient pieces before their concatenation: twice the
-    parameters it cuts (all ``L`` layers at the top level, a segment's below it). Under a
-    policy (option >= 1) with at least one level, one parameter leaf more (the largest):
-    the meter found up to one leaf more than the rest of the margin (one bias for segments
-    of two layers, one weight matrix for ``k > 1`` with ``k`` a scan of one-layer pieces;
-    the residual MLP block, ``tests/test_scan_margin.py``).
-    Measured on the residual MLP block of ``benchmarks/scan_depth.py``: exact for the plain
-    scan (with and without a policy; JAX 0.10), for one reshaped level and for segments of
-    one layer; an upper bound on every member of one or two levels of small families
-    (``tests/test_scan_margin.py``). Below two levels it is loose: the meter's peak, in
-    the innermost backward, finds part of what each level adds freed (``8 > 2`` on that
-    block under ``dots_saveable``: one activation, one bias and one weight matrix over,
-    82176 B at width 64; a pre-LayerNorm MLP block, whole tapes: 134400 B),
-    so the least budget named is the measured peak (:meth:`RematScan._fit`), which also
-    takes any excess of the meter over the prediction off the budget and chooses again."""
+    layer's tape under the member's option. When the innermost runs are unrolled (of at
+    most ``unroll`` layers), no tape term and one carry less for the last level (no loop
+    inside its pieces), but each unrolled layer's parameter slices (copies of rows of the
+    stacked parameters, live from the recomputation to its backward): ``k`` layers'
+    parameters for pieces of ``k``. Without that term segments of two measured up to 40%
+    above the prediction on layers whose parameters outweigh an activation (a GPT-2 block
+    at ``unroll=2``; 1-3% on the transformer MLP blocks ``unroll="auto"`` unrolls). A level
+    that does not reshape the parameters (:func:`jaxremat.scan.members.reshaped`) splits
+    them (``lax.split``) and the meter counts the pieces and the gradient pieces before
+    their concatenation: twice the parameters it cuts (all ``L`` layers at the top level,
+    a segment's below it). Under a policy (option >= 1) with at least one level, one
+    parameter leaf more (the largest): the meter found up to one leaf more than the rest
+    of the margin (one weight matrix for ``k > 1`` with ``k`` a scan of one-layer pieces;
+    the residual MLP block, ``tests/test_scan_margin.py``). An upper bound on every member
+    of one or two levels of small families (L = 4, 6; the MLP, element-wise, transformer
+    MLP and GPT-2 blocks of ``tests/test_scan_margin.py`` and ``benchmarks/scan_depth.py``,
+    ``unroll`` 0 and 2), but for one vector parameter's broadcast (a LayerNorm scale:
+    128-512 B) on a few GPT-2 members; exact for one reshaped level of scanned runs on the
+    MLP block. Not counted: the gradient of each unrolled layer's parameter slices, padded
+    into the segment's rows (``k`` layers' worth per leaf), which exceeds the margin where a
+    layer's parameters far outweigh an activation (segments of two at 1.19-1.34x on an MLP
+    of width 32 at batch 8, parameters 8 x). Below two levels it is loose: the meter's
+    peak, in the innermost backward, finds part of what each level adds freed (``8 > 2``
+    on that block under ``dots_saveable``: about one activation and one weight matrix
+    over), so the least budget named is the measured peak (:meth:`RematScan._fit`), which
+    also takes any excess of the meter over the prediction off the budget and chooses
+    again."""
     x = float(chain.x_size[0])
     L = chain.length
     sizes = tuple(k for k in member.sizes if k < L)
-    if sizes == (1,):  # jax.checkpoint per layer in one scan: the new carry beside the old
-        return x
     tape = float(chain.xbar_size[0] if chain.options is None or not member.option
                  else chain.options.xbar_size[0, member.option])
-    if sizes and sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop there
-        tape = 0.0
+    if sizes in ((), (1,)):  # the loop terms by phase (docstring)
+        forward, recompute, backward = phase_peaks(chain, member)
+        peak = max(forward, recompute, backward)
+        if not sizes:  # the plain scan
+            return max(forward + tape + x, backward + tape) - peak
+        return max(forward, recompute, backward + x) - peak  # jax.checkpoint per layer
+    loops = 2 * x * len(sizes)
+    if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop inside the last
+        tape = 0.0  # level's pieces (its loop holds one carry), each unrolled layer's
+        loops += sizes[-1] * param_bytes - x  # parameter slices (copies) until its backward
     # under a policy (option >= 1), a parameter slice a layer's jax.checkpoint saves for
     # its backward: an input of the layer, which the chain's profile does not count
     leaf = param_bytes if leaf_bytes is None else leaf_bytes
-    split = leaf if member.option and sizes else 0.0
-    if sizes and not reshaped(L, sizes):
+    split = leaf if member.option else 0.0
+    if not reshaped(L, sizes):
         split += 2 * L * param_bytes
     if len(sizes) > 1:
         split += 2 * sizes[0] * param_bytes
-    return tape + 2 * x * len(sizes) + split
+    return tape + loops + split
 
 
 def _floor(chain: Chain, member: NestedScan, margin: Callable[[NestedScan], float],
@@ -217,14 +255,18 @@ def _floor(chain: Chain, member: NestedScan, margin: Callable[[NestedScan], floa
     below it (its levels and more, ``deeper=1``): when the loss runs, the input of each
     checkpointed top-level piece is stored (``x`` each, whatever the levels below do), and
     ``margin`` grows with the levels (:func:`loop_margin` depends only on the top size, the
-    option and the number of levels)."""
+    option, the number of levels and, through whether its runs are unrolled, the last
+    size: for pieces of ``k`` unrolled layers it grows with ``k``, so the least over the
+    levels below is that of one-layer pieces or of the largest pieces)."""
     sizes, L = member.sizes, chain.length
     if reshaped(L, sizes):
         pieces_stored = L // sizes[0]
     else:
         pieces_stored = len(pieces(L, sizes[0])) - 1
-    below = NestedScan(sizes + (1,) * deeper, member.option)
-    return pieces_stored * float(chain.x_size[0]) + margin(below)
+    below = [NestedScan(sizes + (1,) * deeper, member.option)]
+    if deeper and sizes[-1] > 2:
+        below.append(NestedScan(sizes + (inner_sizes(sizes[-1])[0],), member.option))
+    return pieces_stored * float(chain.x_size[0]) + min(map(margin, below))
 
 
 def member_time(chain: Chain, member: NestedScan) -> float:

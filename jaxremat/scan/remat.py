@@ -345,15 +345,18 @@ class RematScan:
         param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
         leaf_bytes = max((math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one)),
                          default=0)
-        margin = functools.partial(loop_margin, chain, param_bytes=param_bytes / batch,
-                                   unroll=unroll, leaf_bytes=leaf_bytes / batch)
+        # once per member for this plan: the search and _fit's rounds ask again, and the
+        # plain scan's and checkpoint-per-layer's terms simulate the chain (by phase)
+        margin = functools.cache(functools.partial(
+            loop_margin, chain, param_bytes=param_bytes / batch, unroll=unroll,
+            leaf_bytes=leaf_bytes / batch))
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
                                     option_policies(profile.layers[0]), unroll)
         if not is_share(self._budget):  # bytes: no need to measure the plain scan
             budget = parse_budget(self._budget)
         else:
             plain = max(measure(NestedScan()), member_schedule(chain, NestedScan()).peak
-                        + loop_margin(chain, NestedScan()))
+                        + margin(NestedScan()))
             budget = resolve_budget(self._budget, plain * batch)  # "100%" always fits
         try:
             member, schedule, measured = self._fit(chain, budget / batch, measure, margin)

@@ -24,9 +24,9 @@ import numpy as np
 import solver
 from solver import Chain, OpKind, apply_op, initial_state
 
-from .members import NestedScan, body_items, skeleton
+from .members import NestedScan, body_items, skeleton, solver_plan
 
-__all__ = ["is_homogeneous", "simulate_member"]
+__all__ = ["is_homogeneous", "simulate_member", "phase_peaks"]
 
 
 def is_homogeneous(chain: Chain) -> bool:
@@ -197,3 +197,21 @@ def simulate_member(chain: Chain, member: NestedScan, memo: dict | None = None
     if not simulator.state.g & 1:
         raise ValueError("The plan never computes g[0].")
     return float(simulator.time), float(simulator.peak)
+
+
+
+def phase_peaks(chain: Chain, member: NestedScan) -> tuple[float, float, float]:
+    """``(forward, recompute, backward)``: the largest peak candidates of ``member``'s ops
+    (:func:`jaxremat.scan.members.solver_plan`) on ``chain``, by phase: the forward (up to
+    and including the loss op), the forwards after the loss (recomputations), and the
+    ``B`` ops; 0 for a phase without ops. :func:`jaxremat.scan.family.loop_margin` adds to
+    each phase the loop terms that belong to it."""
+    state = initial_state(chain)
+    peaks = [state.memory, 0.0, 0.0]
+    after_loss = False
+    for op in solver.plan_to_ops(solver_plan(member, chain.length), chain.length):
+        state, candidate, _ = apply_op(chain, state, op)
+        phase = 2 if op[0] is OpKind.B else int(after_loss)
+        peaks[phase] = max(peaks[phase], candidate)
+        after_loss = after_loss or op[0] is OpKind.LOSS
+    return float(peaks[0]), float(peaks[1]), float(peaks[2])
