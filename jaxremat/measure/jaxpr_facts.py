@@ -10,20 +10,29 @@ it once per jaxpr object and keeps it while the jaxpr lives (:func:`per_jaxpr`: 
 by identity, held weakly), with the memory model's rules of :mod:`jaxremat.measure.meter`
 (calls inlined, operands a body never reads are dead, views and passed-through operands are
 one buffer).
+
+A jaxpr's dead-code-eliminated variants (a forward cut to its tape, to its tape and outputs,
+to one output; a pullback without the input's gradient) are new jaxprs that share most of
+their equation objects with it, so a profile met each equation two to three times. Inside a
+:func:`shared_equations` block, what depends on one equation alone (its facts here, its
+count terms in :mod:`jaxremat.measure.costs`) is computed once per equation object
+(:func:`per_equation`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from typing import Any, Callable, NamedTuple, TypeVar
+from typing import Any, Callable, Iterator, NamedTuple, TypeVar
 
 from jax.extend.core import DropVar, Jaxpr, Literal
 
 from ..jax_compat import in_host_memory, is_call, sub_jaxprs
 from ..trees import aval_nbytes
 
-__all__ = ["DROPPED", "JaxprFacts", "device_nbytes", "facts", "is_view", "per_jaxpr"]
+__all__ = ["DROPPED", "JaxprFacts", "device_nbytes", "facts", "is_view", "per_equation",
+           "per_jaxpr", "shared_equations"]
 
 T = TypeVar("T")
 
@@ -60,6 +69,49 @@ def per_jaxpr(compute: Callable[[Jaxpr], T]) -> Callable[[Jaxpr], T]:
         ref.key = key
         with lock:
             cache[key] = (ref, value)
+        return value
+
+    cached.__doc__ = compute.__doc__
+    cached.__name__ = compute.__name__
+    return cached
+
+
+_SHARED = threading.local()
+
+
+@contextlib.contextmanager
+def shared_equations() -> Iterator[None]:
+    """Within the block (this thread), :func:`per_equation` functions compute their value
+    once per equation object. The memo holds the equations it has seen (so that their ids
+    stay theirs) and is dropped when the outermost block exits."""
+    if getattr(_SHARED, "memo", None) is not None:  # nested: the outer block's memo
+        yield
+        return
+    _SHARED.memo = {}
+    try:
+        yield
+    finally:
+        _SHARED.memo = None
+
+
+def per_equation(compute: Callable[[Any], T]) -> Callable[[Any], T]:
+    """``compute(eqn)``, a function of the equation alone (JAX's equations are immutable),
+    memoised per equation object inside a :func:`shared_equations` block; computed each
+    time outside one. (Equations take no weak references, so the memo cannot outlive the
+    block the way :func:`per_jaxpr`'s entries outlive a call.)"""
+
+    def cached(eqn: Any) -> T:
+        memo = getattr(_SHARED, "memo", None)
+        if memo is None:
+            return compute(eqn)
+        values = memo.get(compute)
+        if values is None:
+            values = memo[compute] = {}
+        found = values.get(id(eqn))
+        if found is not None and found[0] is eqn:
+            return found[1]
+        value = compute(eqn)
+        values[id(eqn)] = (eqn, value)
         return value
 
     cached.__doc__ = compute.__doc__
@@ -158,6 +210,7 @@ def _first(eqn: Any, bodies: tuple[Jaxpr, ...]) -> int | None:
     return first
 
 
+@per_equation
 def _eqn_facts(eqn: Any) -> tuple:
     """``(bodies, first, reads, forwarded, out_bytes)`` of one equation (:class:`JaxprFacts`)."""
     invars, outvars = eqn.invars, eqn.outvars
