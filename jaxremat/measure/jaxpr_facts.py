@@ -116,6 +116,7 @@ def per_equation(compute: Callable[[Any], T]) -> Callable[[Any], T]:
 
     cached.__doc__ = compute.__doc__
     cached.__name__ = compute.__name__
+    cached.__wrapped__ = compute  # type: ignore[attr-defined]
     return cached
 
 

@@ -206,9 +206,9 @@ def tape_forward(traced: "TracedLayer", *, with_output: bool = False
     runs for a layer that keeps its tape (``F_all``), which computes the derivative factors
     the pullback reads (gelu's, tanh's ``1 - y**2``) on top of the plain forward.
     """
-    run = jaxpr_as_fun(tape_jaxpr(traced, with_output=with_output))
-
-    def forward(p: Any, x: Any) -> list[Any]:
+    def forward(p: Any, x: Any) -> list[Any]:  # built when called: a profile at a later
+        # shape counts the jaxpr and never calls it (jaxremat.sequence.calibration)
+        run = jaxpr_as_fun(tape_jaxpr(traced, with_output=with_output))
         return run(*jax.tree.leaves((p, x)))
 
     return forward
