@@ -68,16 +68,15 @@ def _terms(jaxpr: Jaxpr, skip: frozenset, flops: list, bytes_accessed: list,
     result its bytes; ``structure`` gets each equation's primitive name with its operands'
     and results' ranks and dtypes (call bodies are entered). Equations whose results are all
     in ``skip`` are left out."""
-    for eqn in jaxpr.eqns:
-        if skip and all(v in skip for v in eqn.outvars):
-            continue
-        eqn_flops, eqn_bytes, eqn_structure = _eqn_terms(eqn)
+    eqns = jaxpr.eqns
+    if skip:
+        eqns = [eqn for eqn in eqns if not all(v in skip for v in eqn.outvars)]
+    for eqn_flops, eqn_bytes, eqn_structure in per_equation(_eqn_terms, eqns):
         flops.extend(eqn_flops)
         bytes_accessed.extend(eqn_bytes)
         structure.extend(eqn_structure)
 
 
-@per_equation
 def _eqn_terms(eqn: Any) -> tuple[tuple, tuple, tuple]:
     """One equation's terms (:func:`_terms`): ``(flops, bytes, structure)``, a call's those
     of its body (with a checkpoint's barrier first). Computed once per equation inside a

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from typing import Any, Callable, Iterator, NamedTuple, TypeVar
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 from jax.extend.core import DropVar, Jaxpr, Literal
 
@@ -81,7 +81,7 @@ _SHARED = threading.local()
 
 @contextlib.contextmanager
 def shared_equations() -> Iterator[None]:
-    """Within the block (this thread), :func:`per_equation` functions compute their value
+    """Within the block (this thread), :func:`per_equation` computes each function's value
     once per equation object. The memo holds the equations it has seen (so that their ids
     stay theirs) and is dropped when the outermost block exits."""
     if getattr(_SHARED, "memo", None) is not None:  # nested: the outer block's memo
@@ -94,30 +94,25 @@ def shared_equations() -> Iterator[None]:
         _SHARED.memo = None
 
 
-def per_equation(compute: Callable[[Any], T]) -> Callable[[Any], T]:
-    """``compute(eqn)``, a function of the equation alone (JAX's equations are immutable),
-    memoised per equation object inside a :func:`shared_equations` block; computed each
-    time outside one. (Equations take no weak references, so the memo cannot outlive the
-    block the way :func:`per_jaxpr`'s entries outlive a call.)"""
-
-    def cached(eqn: Any) -> T:
-        memo = getattr(_SHARED, "memo", None)
-        if memo is None:
-            return compute(eqn)
-        values = memo.get(compute)
-        if values is None:
-            values = memo[compute] = {}
-        found = values.get(id(eqn))
-        if found is not None and found[0] is eqn:
-            return found[1]
-        value = compute(eqn)
-        values[id(eqn)] = (eqn, value)
-        return value
-
-    cached.__doc__ = compute.__doc__
-    cached.__name__ = compute.__name__
-    cached.__wrapped__ = compute  # type: ignore[attr-defined]
-    return cached
+def per_equation(compute: Callable[[Any], T], eqns: Iterable[Any]) -> list[T]:
+    """``[compute(eqn) for eqn in eqns]`` for a function of the equation alone (JAX's
+    equations are immutable), each value computed once per equation object inside a
+    :func:`shared_equations` block, each time outside one. (Equations take no weak
+    references, so the memo cannot outlive the block the way :func:`per_jaxpr`'s entries
+    outlive a call.)"""
+    memo = getattr(_SHARED, "memo", None)
+    if memo is None:
+        return [compute(eqn) for eqn in eqns]
+    values = memo.get(compute)
+    if values is None:
+        values = memo[compute] = {}
+    found = []
+    for eqn in eqns:
+        known = values.get(id(eqn))
+        if known is None or known[0] is not eqn:
+            known = values[id(eqn)] = (eqn, compute(eqn))
+        found.append(known[1])
+    return found
 
 
 def device_nbytes(aval: Any) -> int:
@@ -211,7 +206,6 @@ def _first(eqn: Any, bodies: tuple[Jaxpr, ...]) -> int | None:
     return first
 
 
-@per_equation
 def _eqn_facts(eqn: Any) -> tuple:
     """``(bodies, first, reads, forwarded, out_bytes)`` of one equation (:class:`JaxprFacts`)."""
     invars, outvars = eqn.invars, eqn.outvars
@@ -242,7 +236,7 @@ def _eqn_facts(eqn: Any) -> tuple:
 @per_jaxpr
 def facts(jaxpr: Jaxpr) -> JaxprFacts:
     """The :class:`JaxprFacts` of ``jaxpr`` (computed once per jaxpr object)."""
-    columns = tuple(zip(*(_eqn_facts(eqn) for eqn in jaxpr.eqns))) or ((),) * 5
+    columns = tuple(zip(*per_equation(_eqn_facts, jaxpr.eqns))) or ((),) * 5
     read = {v for v in jaxpr.outvars if not isinstance(v, Literal)}
     origin = {v: i for i, v in enumerate(jaxpr.invars)}
     for eqn, reads, forwarded in zip(jaxpr.eqns, columns[2], columns[3]):
