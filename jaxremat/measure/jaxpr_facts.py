@@ -82,16 +82,19 @@ _SHARED = threading.local()
 @contextlib.contextmanager
 def shared_equations() -> Iterator[None]:
     """Within the block (this thread), :func:`per_equation` computes each function's value
-    once per equation object. The memo holds the equations it has seen (so that their ids
-    stay theirs) and is dropped when the outermost block exits."""
+    once per equation object. The memo keeps the equations it has seen alive (so that their
+    ids stay theirs) and is dropped when the outermost block exits."""
     if getattr(_SHARED, "memo", None) is not None:  # nested: the outer block's memo
         yield
         return
-    _SHARED.memo = {}
+    _SHARED.memo = ({}, [])  # values by function then by equation id; the equations seen
     try:
         yield
     finally:
         _SHARED.memo = None
+
+
+_MISSING = object()
 
 
 def per_equation(compute: Callable[[Any], T], eqns: Iterable[Any]) -> list[T]:
@@ -99,19 +102,21 @@ def per_equation(compute: Callable[[Any], T], eqns: Iterable[Any]) -> list[T]:
     equations are immutable), each value computed once per equation object inside a
     :func:`shared_equations` block, each time outside one. (Equations take no weak
     references, so the memo cannot outlive the block the way :func:`per_jaxpr`'s entries
-    outlive a call.)"""
+    outlive a call; an id in it is that of an equation it holds, no other.)"""
     memo = getattr(_SHARED, "memo", None)
     if memo is None:
         return [compute(eqn) for eqn in eqns]
-    values = memo.get(compute)
+    by_function, seen = memo
+    values = by_function.get(compute)
     if values is None:
-        values = memo[compute] = {}
+        values = by_function[compute] = {}
     found = []
     for eqn in eqns:
-        known = values.get(id(eqn))
-        if known is None or known[0] is not eqn:
-            known = values[id(eqn)] = (eqn, compute(eqn))
-        found.append(known[1])
+        value = values.get(id(eqn), _MISSING)
+        if value is _MISSING:
+            value = values[id(eqn)] = compute(eqn)
+            seen.append(eqn)
+        found.append(value)
     return found
 
 
