@@ -33,7 +33,10 @@ def aval_nbytes(aval: Any) -> int:
     """
     shape = getattr(aval, "shape", None)
     dtype = getattr(aval, "dtype", None)
-    if shape is None or dtype is None or dtype == jax.dtypes.float0:
+    if shape is None or dtype is None:
+        return 0
+    itemsize = dtype.itemsize
+    if not itemsize:  # float0 (its itemsize is 0; a cheaper test than comparing dtypes)
         return 0
     try:
         size = int(math.prod(shape))
@@ -42,7 +45,7 @@ def aval_nbytes(aval: Any) -> int:
             f"Cannot measure a value of shape {shape}: the memory meter needs concrete "
             f"shapes. Trace the program with concrete input shapes (no shape polymorphism)."
         ) from error
-    return size * int(dtype.itemsize)
+    return size * int(itemsize)
 
 
 def leaf_bytes(leaf: Any) -> int:

@@ -41,6 +41,7 @@ import pytest  # noqa: E402
 from jaxremat import program_memory  # noqa: E402
 from jaxremat.measure import costs  # noqa: E402
 from jaxremat.measure.meter import inputs_read  # noqa: E402
+from jaxremat.measure import trace  # noqa: E402
 from jaxremat.measure.trace import (input_deps, tape_jaxpr, trace_layer, transients,  # noqa: E402
                                     without_input_grad)
 
@@ -59,7 +60,7 @@ def _memory(closed, **kw) -> tuple:
 
 def _counts(closed, skip: int) -> tuple:
     terms = costs.count_terms(closed, skip)
-    live = costs._dead_code_removed(closed, [True] * len(closed.jaxpr.outvars))
+    live = trace._dead_code_removed(closed, [True] * len(closed.jaxpr.outvars))
     outvars = live.jaxpr.outvars
     skipped = frozenset(v for v in (outvars[len(outvars) - skip:] if skip else ())
                         if isinstance(v, jax.extend.core.Var))

@@ -33,9 +33,9 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Var
 
 from .dataflow import _body, equation_flops
 from ..jax_compat import lowered_cost_analysis
-from .jaxpr_facts import per_jaxpr
+from .jaxpr_facts import per_equation, per_jaxpr
 from .meter import aval_nbytes
-from .trace import _dead_code_removed
+from .trace import live_jaxpr
 
 __all__ = ["CountTerms", "count_jaxpr", "count_terms", "jaxpr_costs", "lowered_costs"]
 
@@ -68,31 +68,38 @@ def _terms(jaxpr: Jaxpr, skip: frozenset, flops: list, bytes_accessed: list,
     result its bytes; ``structure`` gets each equation's primitive name with its operands'
     and results' ranks and dtypes (call bodies are entered). Equations whose results are all
     in ``skip`` are left out."""
-    for eqn in jaxpr.eqns:
-        if skip and all(v in skip for v in eqn.outvars):
-            continue
-        body = _body(eqn)
-        if body is not None:
-            if eqn.params.get("differentiated") and eqn.params.get("prevent_cse"):
-                # a checkpoint's recomputation: JAX lowers an optimization barrier over its
-                # operands, whose bytes XLA counts (the weights' too)
-                structure.append("optimization_barrier")
-                bytes_accessed.extend(float(aval_nbytes(v.aval)) for v in eqn.invars
-                                      if hasattr(v, "aval"))
-            body_flops, body_bytes, body_structure = _body_terms(body)
-            flops.extend(body_flops)
-            bytes_accessed.extend(body_bytes)
-            structure.extend(body_structure)
-            continue
-        name = eqn.primitive.name
-        avals = [v.aval for v in (*eqn.invars, *eqn.outvars) if hasattr(v, "aval")]
-        structure.append((name, tuple([(len(getattr(a, "shape", ())), getattr(a, "dtype", None))
-                                       for a in avals])))
-        flops.append(0.0 if name in _NO_FLOPS else float(equation_flops(eqn)))
-        if name in _NO_BYTES:
-            bytes_accessed.extend([0.0] * len(avals))
-        else:
-            bytes_accessed.extend([float(aval_nbytes(a)) for a in avals])
+    eqns = jaxpr.eqns
+    if skip:
+        eqns = [eqn for eqn in eqns if not all(v in skip for v in eqn.outvars)]
+    for eqn_flops, eqn_bytes, eqn_structure in per_equation(_eqn_terms, eqns):
+        flops.extend(eqn_flops)
+        bytes_accessed.extend(eqn_bytes)
+        structure.extend(eqn_structure)
+
+
+def _eqn_terms(eqn: Any) -> tuple[tuple, tuple, tuple]:
+    """One equation's terms (:func:`_terms`): ``(flops, bytes, structure)``, a call's those
+    of its body (with a checkpoint's barrier first). Computed once per equation inside a
+    :func:`jaxremat.measure.jaxpr_facts.shared_equations` block: a layer's pieces are
+    dead-code-eliminated variants of two jaxprs and share most equations."""
+    body = _body(eqn)
+    if body is not None:
+        body_flops, body_bytes, body_structure = _body_terms(body)
+        if eqn.params.get("differentiated") and eqn.params.get("prevent_cse"):
+            # a checkpoint's recomputation: JAX lowers an optimization barrier over its
+            # operands, whose bytes XLA counts (the weights' too)
+            barrier = tuple([float(aval_nbytes(v.aval)) for v in eqn.invars
+                             if hasattr(v, "aval")])
+            return body_flops, barrier + body_bytes, ("optimization_barrier",) + body_structure
+        return body_flops, body_bytes, body_structure
+    name = eqn.primitive.name
+    avals = [v.aval for v in (*eqn.invars, *eqn.outvars) if hasattr(v, "aval")]
+    structure = ((name, tuple([(len(getattr(a, "shape", ())), getattr(a, "dtype", None))
+                               for a in avals])),)
+    flops = (0.0 if name in _NO_FLOPS else float(equation_flops(eqn)),)
+    if name in _NO_BYTES:
+        return flops, (0.0,) * len(avals), structure
+    return flops, tuple([float(aval_nbytes(a)) for a in avals]), structure
 
 
 @per_jaxpr
@@ -136,7 +143,7 @@ def _counted(jaxpr: Jaxpr) -> dict[int, CountTerms]:
 def count_terms(closed: ClosedJaxpr, skip_outputs: int = 0) -> CountTerms:
     """The terms of :func:`count_jaxpr`'s count, one by one (:class:`CountTerms`; its arrays
     are read-only: a count is computed once per jaxpr and shared)."""
-    live = _dead_code_removed(closed, [True] * len(closed.jaxpr.outvars))
+    live = live_jaxpr(closed)
     counted = _counted(live.jaxpr)
     found = counted.get(skip_outputs)
     if found is None:

@@ -10,20 +10,29 @@ it once per jaxpr object and keeps it while the jaxpr lives (:func:`per_jaxpr`: 
 by identity, held weakly), with the memory model's rules of :mod:`jaxremat.measure.meter`
 (calls inlined, operands a body never reads are dead, views and passed-through operands are
 one buffer).
+
+A jaxpr's dead-code-eliminated variants (a forward cut to its tape, to its tape and outputs,
+to one output; a pullback without the input's gradient) are new jaxprs that share most of
+their equation objects with it, so a profile met each equation two to three times. Inside a
+:func:`shared_equations` block, what depends on one equation alone (its facts here, its
+count terms in :mod:`jaxremat.measure.costs`) is computed once per equation object
+(:func:`per_equation`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from typing import Any, Callable, NamedTuple, TypeVar
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 from jax.extend.core import DropVar, Jaxpr, Literal
 
 from ..jax_compat import in_host_memory, is_call, sub_jaxprs
 from ..trees import aval_nbytes
 
-__all__ = ["DROPPED", "JaxprFacts", "device_nbytes", "facts", "is_view", "per_jaxpr"]
+__all__ = ["DROPPED", "JaxprFacts", "device_nbytes", "facts", "is_view", "per_equation",
+           "per_jaxpr", "shared_equations"]
 
 T = TypeVar("T")
 
@@ -65,6 +74,50 @@ def per_jaxpr(compute: Callable[[Jaxpr], T]) -> Callable[[Jaxpr], T]:
     cached.__doc__ = compute.__doc__
     cached.__name__ = compute.__name__
     return cached
+
+
+_SHARED = threading.local()
+
+
+@contextlib.contextmanager
+def shared_equations() -> Iterator[None]:
+    """Within the block (this thread), :func:`per_equation` computes each function's value
+    once per equation object. The memo keeps the equations it has seen alive (so that their
+    ids stay theirs) and is dropped when the outermost block exits."""
+    if getattr(_SHARED, "memo", None) is not None:  # nested: the outer block's memo
+        yield
+        return
+    _SHARED.memo = ({}, [])  # values by function then by equation id; the equations seen
+    try:
+        yield
+    finally:
+        _SHARED.memo = None
+
+
+_MISSING = object()
+
+
+def per_equation(compute: Callable[[Any], T], eqns: Iterable[Any]) -> list[T]:
+    """``[compute(eqn) for eqn in eqns]`` for a function of the equation alone (JAX's
+    equations are immutable), each value computed once per equation object inside a
+    :func:`shared_equations` block, each time outside one. (Equations take no weak
+    references, so the memo cannot outlive the block the way :func:`per_jaxpr`'s entries
+    outlive a call; an id in it is that of an equation it holds, no other.)"""
+    memo = getattr(_SHARED, "memo", None)
+    if memo is None:
+        return [compute(eqn) for eqn in eqns]
+    by_function, seen = memo
+    values = by_function.get(compute)
+    if values is None:
+        values = by_function[compute] = {}
+    found = []
+    for eqn in eqns:
+        value = values.get(id(eqn), _MISSING)
+        if value is _MISSING:
+            value = values[id(eqn)] = compute(eqn)
+            seen.append(eqn)
+        found.append(value)
+    return found
 
 
 def device_nbytes(aval: Any) -> int:
@@ -188,7 +241,7 @@ def _eqn_facts(eqn: Any) -> tuple:
 @per_jaxpr
 def facts(jaxpr: Jaxpr) -> JaxprFacts:
     """The :class:`JaxprFacts` of ``jaxpr`` (computed once per jaxpr object)."""
-    columns = tuple(zip(*(_eqn_facts(eqn) for eqn in jaxpr.eqns))) or ((),) * 5
+    columns = tuple(zip(*per_equation(_eqn_facts, jaxpr.eqns))) or ((),) * 5
     read = {v for v in jaxpr.outvars if not isinstance(v, Literal)}
     origin = {v: i for i, v in enumerate(jaxpr.invars)}
     for eqn, reads, forwarded in zip(jaxpr.eqns, columns[2], columns[3]):

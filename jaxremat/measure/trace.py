@@ -13,11 +13,13 @@ it reads, and both jaxprs are measured with the program-order meter
 from __future__ import annotations
 
 import dataclasses
+import threading
+import weakref
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
-from jax.extend.core import ClosedJaxpr, Literal, jaxpr_as_fun
+from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxpr_as_fun
 
 from ..jax_compat import dce_jaxpr, in_host_memory
 
@@ -169,7 +171,25 @@ def _dead_code_removed(closed: ClosedJaxpr, used_outputs: Sequence[bool]) -> Clo
     Uses JAX's own dead-code elimination (:func:`jaxremat.jax_compat.dce_jaxpr`); without
     it the jaxpr is returned unchanged, which overestimates the transients.
     """
-    return dce_jaxpr(closed, used_outputs)
+    found = dce_jaxpr(closed, used_outputs)
+    with _LIVE_LOCK:
+        _LIVE.add(found.jaxpr)
+    return found
+
+
+_LIVE: "weakref.WeakSet[Jaxpr]" = weakref.WeakSet()
+"""The jaxprs :func:`_dead_code_removed` returned (held weakly): free of dead code."""
+_LIVE_LOCK = threading.Lock()
+
+
+def live_jaxpr(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """``closed`` with its dead code removed, every output kept (what ``jit`` lowers):
+    ``closed`` itself when it is already the result of a dead-code elimination (removing
+    dead code again keeps every equation: a profile's tape-only forwards and pullbacks
+    without the input's gradient are counted without a second pass over them)."""
+    with _LIVE_LOCK:
+        known = closed.jaxpr in _LIVE
+    return closed if known else _dead_code_removed(closed, [True] * len(closed.jaxpr.outvars))
 
 
 def tape_forward(traced: "TracedLayer", *, with_output: bool = False
@@ -186,9 +206,9 @@ def tape_forward(traced: "TracedLayer", *, with_output: bool = False
     runs for a layer that keeps its tape (``F_all``), which computes the derivative factors
     the pullback reads (gelu's, tanh's ``1 - y**2``) on top of the plain forward.
     """
-    run = jaxpr_as_fun(tape_jaxpr(traced, with_output=with_output))
-
-    def forward(p: Any, x: Any) -> list[Any]:
+    def forward(p: Any, x: Any) -> list[Any]:  # built when called: a profile at a later
+        # shape counts the jaxpr and never calls it (jaxremat.sequence.calibration)
+        run = jaxpr_as_fun(tape_jaxpr(traced, with_output=with_output))
         return run(*jax.tree.leaves((p, x)))
 
     return forward
@@ -327,7 +347,7 @@ def without_input_grad(traced: TracedLayer, num_params: int, num_x: int) -> Trac
     it only where the profile it gives was checked equal to the traced one."""
     backward = traced.backward
     outputs = len(backward.jaxpr.outvars)
-    backward = dce_jaxpr(backward, [k < num_params for k in range(outputs)])
+    backward = _dead_code_removed(backward, [k < num_params for k in range(outputs)])
     whole = traced.pullback
 
     def pullback(res: Sequence[Any], cotangent: Any) -> Any:

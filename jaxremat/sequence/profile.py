@@ -116,6 +116,7 @@ import jax
 from solver import Chain
 
 from ..lru import LRU
+from ..measure.jaxpr_facts import shared_equations
 from ..measure.offload import offload_key
 from ..measure.trace import trace_once
 from ..trees import abstractify, check_layers, check_params, leaf_bytes, signature, tree_bytes
@@ -392,8 +393,9 @@ def profile_sequence(
                          repeats)
         hit = memo.get(key) or _cached(key, layers[i])
         if hit is None:
-            hit = _profile_new(layers[i], abstract_params[i], current, i, costs, repeats,
-                               needs_input_grad, menu, key)
+            with shared_equations():  # a layer's pieces share most equations
+                hit = _profile_new(layers[i], abstract_params[i], current, i, costs, repeats,
+                                   needs_input_grad, menu, key)
             _remember(key, layers[i], *hit)
         memo[key] = hit
         found, output = hit
