@@ -79,7 +79,7 @@ from solver import Chain, Schedule, make_schedule
 from solver.chain.options import layer_costs
 
 from .members import UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
-from .simulate import is_homogeneous, phase_peaks, simulate_member
+from .simulate import is_homogeneous, phase_peaks, simulate_member, unrolled_peak
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "solver_plan", "family",
            "choose", "member_time", "chain_options", "loop_margin", "Choice", "member_schedule",
@@ -234,19 +234,32 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         if not sizes:  # the plain scan
             return max(forward + tape + x, backward + tape) - peak
         return max(forward, recompute, backward + x) - peak  # jax.checkpoint per layer
-    loops = 2 * x * len(sizes)
-    if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop inside the last
-        tape = 0.0  # level's pieces (its loop holds one carry), each unrolled layer's
-        loops += sizes[-1] * param_bytes - x  # parameter slices (copies) until its backward
     # under a policy (option >= 1), a parameter slice a layer's jax.checkpoint saves for
     # its backward: an input of the layer, which the chain's profile does not count
     leaf = param_bytes if leaf_bytes is None else leaf_bytes
     split = leaf if member.option else 0.0
     if not reshaped(L, sizes):
         split += 2 * L * param_bytes
+    if _unrolled_pieces(sizes, unroll):  # by phase (docstring)
+        peak, grads = unrolled_peak(chain, member, param_bytes)
+        return grads - peak + x + sizes[0] * param_bytes + split
+    loops = 2 * x * len(sizes)
+    if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop inside the last
+        tape = 0.0  # level's pieces (its loop holds one carry), each unrolled layer's
+        loops += sizes[-1] * param_bytes - x  # parameter slices (copies) until its backward
     if len(sizes) > 1:
         split += 2 * sizes[0] * param_bytes
     return tape + loops + split
+
+
+def _unrolled_pieces(sizes: tuple[int, ...], unroll: int) -> bool:
+    """Whether :func:`loop_margin` takes ``sizes`` (levels below ``L``) by phase as unrolled
+    pieces: one level of segments of at most ``unroll`` layers (``(1,)`` aside), or two,
+    ``(k, j)`` with ``j <= unroll`` and ``k <= 2 j``, so that every segment holds one
+    checkpointed piece at most, run inline, and no scan of pieces."""
+    if not sizes or sizes == (1,) or sizes[-1] > unroll or len(sizes) > 2:
+        return False
+    return len(sizes) == 1 or sizes[0] <= 2 * sizes[1]
 
 
 def _floor(chain: Chain, member: NestedScan, margin: Callable[[NestedScan], float],
