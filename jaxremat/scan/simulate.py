@@ -237,8 +237,8 @@ def _runs_below(length: int, sizes: tuple[int, ...]) -> list[tuple[int, int, boo
 def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
                   ) -> tuple[float, float]:
     """``(peak, with_gradients)``: the chain's peak of ``member`` (one level ``(k,)`` or
-    two ``(k, j)``, its innermost runs unrolled), and that peak with, at each ``B`` op, the parameter gradients an unrolled run holds
-    beside what the chain counts: the gradients of the run's layers already through their
+    two ``(k, j)``, its innermost runs unrolled), and that peak with, at each ``B`` op,
+    the parameter gradients an unrolled run holds beside what the chain counts: the gradients of the run's layers already through their
     ``B`` (each padded into the run's ``[n, ...]`` rows: ``n`` layers' parameters), and,
     in a checkpointed piece of the second level, those of the segment's last piece (run
     inline before it, ``j`` layers; concatenated at the segment's end).
@@ -248,7 +248,7 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
     for start, n, checkpointed in runs:
         for layer in range(start, start + n):
             run_of[layer] = (n, checkpointed)
-    last = member.sizes[-1]
+    last = member.sizes[-1]  # the length of a segment's last piece (two levels)
     state = initial_state(chain)
     peak = grads_peak = state.memory
     done = 0
