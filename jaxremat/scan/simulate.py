@@ -238,8 +238,9 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
                   ) -> tuple[float, float]:
     """``(peak, with_gradients)``: the chain's peak of ``member`` (one level ``(k,)`` or
     two ``(k, j)``, its innermost runs unrolled), and that peak with, at each ``B`` op,
-    the parameter gradients an unrolled run holds beside what the chain counts: the gradients of the run's layers already through their
-    ``B`` (each padded into the run's ``[n, ...]`` rows: ``n`` layers' parameters), and,
+    the parameter gradients an unrolled run holds beside what the chain counts: the
+    gradients of the run's layers already through their ``B`` (each padded into the run's
+    ``[n, ...]`` rows: ``n`` layers' parameters), and,
     in a checkpointed piece of the second level, those of the segment's last piece (run
     inline before it, ``j`` layers; concatenated at the segment's end).
     :func:`jaxremat.scan.family.loop_margin` adds what every phase holds."""
