@@ -177,8 +177,9 @@ def test_program_size_flat_in_depth():
     plain_scan = program(lambda p, x: plain(scale_layer)(p, x), 8)
     chosen = [program(at_least_half(L), L) for L in (8, 16, 32, 64)]
     # whatever member (plain scan: 22-30 equations; remainders and the inline last segment: up
-    # to three loops per level, two levels: 222 equations for 6 > 2 at L = 8): bounded, not ~L
-    assert max(chosen) <= 10 * plain_scan, chosen
+    # to three loops per level, two levels: 222 equations for 6 > 2 at L = 8, 277 for 3 > 2
+    # with unrolled pieces on JAX 0.12): bounded, not ~L
+    assert max(chosen) <= 13 * plain_scan, chosen
     unrolled = [program(lambda p, x: jaxremat.remat_sequence([scale_layer] * L, "50%")(
         [jax.tree.map(lambda a: a[i], p) for i in range(L)], x), L) for L in (8, 32)]
     assert unrolled[1] > 3 * unrolled[0]  # the unrolled program grows with L

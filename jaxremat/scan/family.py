@@ -79,7 +79,7 @@ from solver import Chain, Schedule, make_schedule
 from solver.chain.options import layer_costs
 
 from .members import UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
-from .simulate import is_homogeneous, phase_peaks, simulate_member
+from .simulate import is_homogeneous, phase_peaks, simulate_member, unrolled_peak
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "solver_plan", "family",
            "choose", "member_time", "chain_options", "loop_margin", "Choice", "member_schedule",
@@ -194,6 +194,21 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     ``1 - y**2`` in the forward, its pullback multiplies once (``bwd_tmp`` 0), and the plain
     scan measured one activation above the prediction.
 
+    * unrolled pieces (:func:`_unrolled_pieces`: one level of segments of ``k <= unroll``
+      layers, or two levels ``(k, j)``, ``j <= unroll``, ``k <= 2 j``, whose segments hold
+      one checkpointed piece, run inline, and no scan of pieces): the outer backward loop's
+      carry and the segment's parameters once (``k`` layers: slices of the unrolled layers,
+      and for two levels the split pieces, live from the segment's start to its backward),
+      on the chain's peak with each ``B`` op's parameter gradients
+      (:func:`jaxremat.scan.simulate.unrolled_peak`: the gradients of the run's layers
+      already through their ``B``, each padded into the run's rows, and in a checkpointed
+      piece those of the last piece, not yet concatenated). Measured (benchmarks/RESULTS.md,
+      branch scanphase): ``4 > 2`` and ``2 > 1`` within four bias vectors of the meter on the
+      MLP blocks with whole tapes on JAX 0.10.2 (before: 1.5x the measurement on the
+      residual MLP block), within one activation on 0.12; an upper bound where the
+      parameters outweigh an activation (width 32 at batch 8: segments of two measured
+      1.32x the prediction before the gradients were counted).
+
     The other members, on the whole peak: per checkpointing level the segment's input (its
     residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
     layer's tape under the member's option. When the innermost runs are unrolled (of at
@@ -214,10 +229,8 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     MLP and GPT-2 blocks of ``tests/test_scan_margin.py`` and ``benchmarks/scan_depth.py``,
     ``unroll`` 0 and 2), but for one vector parameter's broadcast (a LayerNorm scale:
     128-512 B) on a few GPT-2 members; exact for one reshaped level of scanned runs on the
-    MLP block. Not counted: the gradient of each unrolled layer's parameter slices, padded
-    into the segment's rows (``k`` layers' worth per leaf), which exceeds the margin where a
-    layer's parameters far outweigh an activation (segments of two at 1.19-1.34x on an MLP
-    of width 32 at batch 8, parameters 8 x). Below two levels it is loose: the meter's
+    MLP block. Not counted for these: the gradients of unrolled layers' parameter slices
+    (counted by phase for the unrolled pieces above). Below two levels it is loose: the meter's
     peak, in the innermost backward, finds part of what each level adds freed (``8 > 2``
     on that block under ``dots_saveable``: about one activation and one weight matrix
     over), so the least budget named is the measured peak (:meth:`RematScan._fit`), which
@@ -234,19 +247,32 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         if not sizes:  # the plain scan
             return max(forward + tape + x, backward + tape) - peak
         return max(forward, recompute, backward + x) - peak  # jax.checkpoint per layer
-    loops = 2 * x * len(sizes)
-    if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop inside the last
-        tape = 0.0  # level's pieces (its loop holds one carry), each unrolled layer's
-        loops += sizes[-1] * param_bytes - x  # parameter slices (copies) until its backward
     # under a policy (option >= 1), a parameter slice a layer's jax.checkpoint saves for
     # its backward: an input of the layer, which the chain's profile does not count
     leaf = param_bytes if leaf_bytes is None else leaf_bytes
     split = leaf if member.option else 0.0
     if not reshaped(L, sizes):
         split += 2 * L * param_bytes
+    if _unrolled_pieces(sizes, unroll):  # by phase (docstring)
+        peak, grads = unrolled_peak(chain, member, param_bytes)
+        return grads - peak + x + sizes[0] * param_bytes + split
+    loops = 2 * x * len(sizes)
+    if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop inside the last
+        tape = 0.0  # level's pieces (its loop holds one carry), each unrolled layer's
+        loops += sizes[-1] * param_bytes - x  # parameter slices (copies) until its backward
     if len(sizes) > 1:
         split += 2 * sizes[0] * param_bytes
     return tape + loops + split
+
+
+def _unrolled_pieces(sizes: tuple[int, ...], unroll: int) -> bool:
+    """Whether :func:`loop_margin` takes ``sizes`` (levels below ``L``) by phase as unrolled
+    pieces: one level of segments of at most ``unroll`` layers (``(1,)`` aside), or two,
+    ``(k, j)`` with ``j <= unroll`` and ``k <= 2 j``, so that every segment holds one
+    checkpointed piece at most, run inline, and no scan of pieces."""
+    if not sizes or sizes == (1,) or sizes[-1] > unroll or len(sizes) > 2:
+        return False
+    return len(sizes) == 1 or sizes[0] <= 2 * sizes[1]
 
 
 def _floor(chain: Chain, member: NestedScan, margin: Callable[[NestedScan], float],
@@ -257,7 +283,9 @@ def _floor(chain: Chain, member: NestedScan, margin: Callable[[NestedScan], floa
     ``margin`` grows with the levels (:func:`loop_margin` depends only on the top size, the
     option, the number of levels and, through whether its runs are unrolled, the last
     size: for pieces of ``k`` unrolled layers it grows with ``k``, so the least over the
-    levels below is that of one-layer pieces or of the largest pieces)."""
+    levels below is that of one-layer pieces or of the largest pieces; of the two-level
+    members below ``(k,)`` only that of the largest pieces, ``ceil(k / 2)``, can be taken by
+    phase, and it is one of the two; the others keep the terms on the whole peak)."""
     sizes, L = member.sizes, chain.length
     if reshaped(L, sizes):
         pieces_stored = L // sizes[0]

@@ -24,9 +24,9 @@ import numpy as np
 import solver
 from solver import Chain, OpKind, apply_op, initial_state
 
-from .members import NestedScan, body_items, skeleton, solver_plan
+from .members import NestedScan, body_items, pieces, reshaped, skeleton, solver_plan
 
-__all__ = ["is_homogeneous", "simulate_member", "phase_peaks"]
+__all__ = ["is_homogeneous", "simulate_member", "phase_peaks", "unrolled_peak"]
 
 
 def is_homogeneous(chain: Chain) -> bool:
@@ -215,3 +215,53 @@ def phase_peaks(chain: Chain, member: NestedScan) -> tuple[float, float, float]:
         peaks[phase] = max(peaks[phase], candidate)
         after_loss = after_loss or op[0] is OpKind.LOSS
     return float(peaks[0]), float(peaks[1]), float(peaks[2])
+
+
+def _runs_below(length: int, sizes: tuple[int, ...]) -> list[tuple[int, int, bool]]:
+    """``(start, length, checkpointed)`` of the innermost runs of one level ``(k,)`` or two
+    ``(k, j)`` (each run of the second level cut into pieces of ``j``, all but the last
+    checkpointed; :func:`jaxremat.scan.members.skeleton`)."""
+    if reshaped(length, sizes):
+        top = [sizes[0]] * (length // sizes[0])
+    else:
+        top = pieces(length, sizes[0])
+    runs, start = [], 0
+    for n in top:
+        parts = pieces(n, sizes[1]) if len(sizes) > 1 else [n]
+        for index, part in enumerate(parts):
+            runs.append((start, part, index < len(parts) - 1))
+            start += part
+    return runs
+
+
+def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
+                  ) -> tuple[float, float]:
+    """``(peak, with_gradients)``: the chain's peak of ``member`` (one level ``(k,)`` or
+    two ``(k, j)``, its innermost runs unrolled), and that peak with, at each ``B`` op,
+    the parameter gradients an unrolled run holds beside what the chain counts: the
+    gradients of the run's layers already through their ``B`` (each padded into the run's
+    ``[n, ...]`` rows: ``n`` layers' parameters), and,
+    in a checkpointed piece of the second level, those of the segment's last piece (run
+    inline before it, ``j`` layers; concatenated at the segment's end).
+    :func:`jaxremat.scan.family.loop_margin` adds what every phase holds."""
+    runs = _runs_below(chain.length, tuple(k for k in member.sizes if k < chain.length))
+    run_of = {}
+    for start, n, checkpointed in runs:
+        for layer in range(start, start + n):
+            run_of[layer] = (n, checkpointed)
+    last = member.sizes[-1]  # the length of a segment's last piece (two levels)
+    state = initial_state(chain)
+    peak = grads_peak = state.memory
+    done = 0
+    for op in solver.plan_to_ops(solver_plan(member, chain.length), chain.length):
+        state, candidate, _ = apply_op(chain, state, op)
+        peak = max(peak, candidate)
+        if op[0] is OpKind.B:
+            n, checkpointed = run_of[op[1]]
+            candidate += (done * n + (last if checkpointed else 0)) * param_bytes
+            done += 1
+        else:
+            done = 0
+        grads_peak = max(grads_peak, candidate)
+    return float(peak), float(grads_peak)
+
