@@ -17,7 +17,7 @@ number of segments plus the stored layers' ops instead of every op.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -199,18 +199,25 @@ def simulate_member(chain: Chain, member: NestedScan, memo: dict | None = None
     return float(simulator.time), float(simulator.peak)
 
 
+def _candidates(chain: Chain, member: NestedScan) -> Iterator[tuple[tuple, float]]:
+    """``(op, candidate)`` for each op of ``member``'s plan
+    (:func:`jaxremat.scan.members.solver_plan`) on ``chain``, in order: the chain's memory
+    peak candidate of the op (:func:`solver.apply_op`)."""
+    state = initial_state(chain)
+    for op in solver.plan_to_ops(solver_plan(member, chain.length), chain.length):
+        state, candidate, _ = apply_op(chain, state, op)
+        yield op, candidate
+
 
 def phase_peaks(chain: Chain, member: NestedScan) -> tuple[float, float, float]:
     """``(forward, recompute, backward)``: the largest peak candidates of ``member``'s ops
-    (:func:`jaxremat.scan.members.solver_plan`) on ``chain``, by phase: the forward (up to
-    and including the loss op), the forwards after the loss (recomputations), and the
-    ``B`` ops; 0 for a phase without ops. :func:`jaxremat.scan.family.loop_margin` adds to
-    each phase the loop terms that belong to it."""
-    state = initial_state(chain)
-    peaks = [state.memory, 0.0, 0.0]
+    on ``chain`` (:func:`_candidates`), by phase: the forward (up to and including the loss
+    op), the forwards after the loss (recomputations), and the ``B`` ops; 0 for a phase
+    without ops. :func:`jaxremat.scan.family.loop_margin` adds to each phase the loop terms
+    that belong to it."""
+    peaks = [initial_state(chain).memory, 0.0, 0.0]
     after_loss = False
-    for op in solver.plan_to_ops(solver_plan(member, chain.length), chain.length):
-        state, candidate, _ = apply_op(chain, state, op)
+    for op, candidate in _candidates(chain, member):
         phase = 2 if op[0] is OpKind.B else int(after_loss)
         peaks[phase] = max(peaks[phase], candidate)
         after_loss = after_loss or op[0] is OpKind.LOSS
@@ -250,11 +257,9 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
         for layer in range(start, start + n):
             run_of[layer] = (n, checkpointed)
     last = member.sizes[-1]  # the length of a segment's last piece (two levels)
-    state = initial_state(chain)
-    peak = grads_peak = state.memory
+    peak = grads_peak = initial_state(chain).memory
     done = 0
-    for op in solver.plan_to_ops(solver_plan(member, chain.length), chain.length):
-        state, candidate, _ = apply_op(chain, state, op)
+    for op, candidate in _candidates(chain, member):
         peak = max(peak, candidate)
         if op[0] is OpKind.B:
             n, checkpointed = run_of[op[1]]

@@ -39,10 +39,11 @@ measures every option and merges those whose tapes are identical.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 
+from ..jax_compat import sub_jaxprs
 from .ranked import RANKED, Dot, RankedDots, layer_dots, menu_thresholds, ranked_notes
 
 __all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
@@ -152,16 +153,6 @@ def check_policies(policies: Any) -> tuple[str | Callable, ...]:
     return tuple(menu)
 
 
-def _subjaxprs(eqn: Any) -> Iterator[Any]:
-    """The jaxprs nested in one equation's parameters (pjit, remat, custom_jvp, scan...)."""
-    for value in eqn.params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            if hasattr(item, "eqns"):
-                yield item
-            elif hasattr(getattr(item, "jaxpr", None), "eqns"):
-                yield item.jaxpr
-
-
 def marked_names(layer: Callable, p: Any, x: Any, jaxpr: Any = None) -> tuple[str, ...]:
     """The names ``layer(p, x)`` marks with ``checkpoint_name``, in program order, once each;
     ``jaxpr``: ``jax.make_jaxpr(layer)(p, x)`` where already traced."""
@@ -172,7 +163,7 @@ def marked_names(layer: Callable, p: Any, x: Any, jaxpr: Any = None) -> tuple[st
         for eqn in jaxpr.eqns:
             if eqn.primitive.name == "name" and eqn.params.get("name") not in names:
                 names.append(eqn.params["name"])
-            pending.extend(_subjaxprs(eqn))
+            pending.extend(sub_jaxprs(eqn))
     return tuple(names)
 
 
