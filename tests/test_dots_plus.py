@@ -96,6 +96,9 @@ def test_a_later_shape_of_the_same_program_reuses_the_choice(monkeypatch):
     first = search(layer, p, x, jax.make_jaxpr(layer)(p, x), tree_bytes(x))
     calls = []
     monkeypatch.setattr(searched, "_measure", lambda *a: calls.append(a) or (0, 0.0))
+    # nor are the candidates read: they may differ at another shape (which sizes coincide
+    # with a matmul's), the chosen equations' positions do not
+    monkeypatch.setattr(searched, "candidates", lambda *a: calls.append(a) or ())
     wider = jnp.concatenate([x, x])  # batch 16: same program, other shapes
     later = search(layer, p, wider, jax.make_jaxpr(layer)(p, wider), tree_bytes(wider))
     assert calls == []

@@ -62,7 +62,7 @@ SLACKS = (1 / 16, 1 / 4)
 these shares (one option per distinct union)."""
 
 _STATISTIC = 1 / 8  # candidates this small (of the layer's input bytes) whatever their shape
-_CHOSEN = LRU(256)  # program structure -> positions of the chosen candidates
+_CHOSEN = LRU(256)  # (program structure, base) -> the chosen equations' positions
 
 Key = tuple[str, tuple[tuple[tuple[int, ...], str], ...]]
 
@@ -169,15 +169,28 @@ def _greedy(layer: Callable, p: Any, x: Any, keys: tuple[Key, ...], no_batch: bo
     return tuple(found)
 
 
+def _key_of(eqn: Any) -> Key:
+    return equation_key(eqn.primitive, [v.aval for v in eqn.invars])
+
+
 def search(layer: Callable, p: Any, x: Any, jaxpr: ClosedJaxpr, input_bytes: int,
            no_batch: bool = False) -> tuple[DotsPlus, ...]:
     """The ``"dots_plus"`` policies of ``layer(p, x)`` (module docstring) over
     ``dots_saveable``, or over ``dots_with_no_batch_dims_saveable`` with ``no_batch``;
-    ``jaxpr``: ``jax.make_jaxpr(layer)(p, x)``. Empty when no candidate lowers the flops."""
-    keys = candidates(jaxpr, input_bytes)
-    memo_key = (_structure(getattr(jaxpr, "jaxpr", jaxpr)), len(keys), no_batch)
+    ``jaxpr``: ``jax.make_jaxpr(layer)(p, x)``. Empty when no candidate lowers the flops.
+
+    The choice is remembered per program structure as the positions of the chosen
+    equations, so a later shape (whose candidates may differ: which sizes coincide with a
+    matmul's depends on the shapes) takes the same equations at its own shapes."""
+    eqns = list(_equations(getattr(jaxpr, "jaxpr", jaxpr)))
+    memo_key = (_structure(getattr(jaxpr, "jaxpr", jaxpr)), no_batch)
     chosen = _CHOSEN.get(memo_key)
     if chosen is None:
-        chosen = _greedy(layer, p, x, keys, no_batch) if keys else ()
+        keys = candidates(jaxpr, input_bytes)
+        unions = _greedy(layer, p, x, keys, no_batch) if keys else ()
+        chosen = tuple(tuple(i for i, e in enumerate(eqns)
+                             if not sub_jaxprs(e) and _key_of(e) in {keys[k] for k in union})
+                       for union in unions)
         _CHOSEN.put(memo_key, chosen)
-    return tuple(DotsPlus(frozenset(keys[k] for k in union), no_batch) for union in chosen)
+    return tuple(DotsPlus(frozenset(_key_of(eqns[i]) for i in union), no_batch)
+                 for union in chosen)
