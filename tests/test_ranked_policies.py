@@ -5,18 +5,24 @@ layer without matmuls gets none (with the reason)."""
 
 from __future__ import annotations
 
+import blocks
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
+from blocks import assert_same_grads, loss_of, plain_grads
 
-import blocks
 from jaxremat import activation_memory, remat_sequence
 from jaxremat.measure.trace import trace_layer
 from jaxremat.sequence.apply import apply_plan
 from jaxremat.sequence.policies import check_policies, layer_menu, menu_for
 from jaxremat.sequence.profile import profile_sequence
-from jaxremat.sequence.ranked import Dot, RankedDots, contraction, layer_dots, thresholds
+from jaxremat.sequence.ranked import (
+    Dot,
+    RankedDots,
+    contraction,
+    layer_dots,
+    thresholds,
+)
 from solver import Checkpoint, Layer
 
 RANKED = ("dots_ranked",)
@@ -43,23 +49,7 @@ def chain_case():
 DOT_SHAPES = {3: (2, 4, 5), 5: (2, 4, 7), 7: (2, 4, 11), 11: (2, 4, 4), 4: (2, 4, 3)}
 
 
-def loss_of(fn):
-    return lambda params, x: jnp.sum(jnp.sin(fn(params, x)))
 
-
-def plain_grads(layers, params, x):
-    def plain(params, x):
-        for layer, p in zip(layers, params):
-            x = layer(p, x)
-        return x
-
-    return jax.jit(jax.grad(loss_of(plain), argnums=(0, 1)))(params, x)
-
-
-def assert_same_grads(fn, params, x, want):
-    got = jax.jit(jax.grad(loss_of(fn), argnums=(0, 1)))(params, x)  # eager: 3x the CPU time
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
 
 
 # --------------------------------------------------------------------- the contraction

@@ -20,6 +20,11 @@ into the per-layer menu of such options:
   convolution outputs whose contraction ``K`` is at least a threshold" (options
   ``"dots_ranked:>=K"``), the thresholds read from the layer's jaxpr: outputs ranked by
   recompute flops per kept byte (:mod:`jaxremat.sequence.ranked`, issue 17.6);
+* ``"dots_plus"`` (opt-in): per layer, up to four policies: ``dots_saveable`` or
+  ``dots_with_no_batch_dims_saveable`` and the values a measured greedy search finds make
+  it cheaper at about the same tape (options ``"dots_plus"``, ``"dots_plus:wide"``,
+  ``"dots_no_batch_plus"``, ``"dots_no_batch_plus:wide"``:
+  :mod:`jaxremat.sequence.searched`, issue 17.6);
 * ``"offload_dots_no_batch"``: ``offload_dot_with_no_batch_dims`` to ``pinned_host``
   (those matmul outputs kept in host memory instead of on the device);
 * ``"offload_names"``: ``save_and_offload_only_these_names`` with the marked names
@@ -44,7 +49,9 @@ from typing import Any, Callable, Sequence
 import jax
 
 from ..jax_compat import sub_jaxprs
+from ..trees import tree_bytes
 from .ranked import RANKED, Dot, RankedDots, layer_dots, menu_thresholds, ranked_notes
+from .searched import SEARCHED, DotsPlus, search
 
 __all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
            "check_policies", "layer_menu", "marked_names", "menu_for", "offload_policy"]
@@ -65,7 +72,7 @@ _ALIASES = {
 }
 OFFLOAD_POLICIES = ("offload_dots_no_batch", "offload_names")
 """The policy names that keep residuals in host memory (``pinned_host``)."""
-POLICY_NAMES = ("everything", "dots", "dots_no_batch", "names", RANKED) + OFFLOAD_POLICIES
+POLICY_NAMES = ("everything", "dots", "dots_no_batch", "names", RANKED, SEARCHED) + OFFLOAD_POLICIES
 """The policy names ``policies=`` accepts (JAX's own names, e.g. ``"dots_saveable"``, too)."""
 
 DEFAULT_POLICIES = ("dots", "dots_no_batch", "names")
@@ -173,12 +180,14 @@ def _callable_name(policy: Callable, position: int) -> str:
 
 
 def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
-               dots: Sequence[Dot] = ()) -> tuple[PolicyOption, ...]:
+               dots: Sequence[Dot] = (), plus: Sequence[DotsPlus] = (),
+               ) -> tuple[PolicyOption, ...]:
     """One layer's options: the whole tape first, then ``menu`` (checked by
     :func:`check_policies`) expanded for the layer's ``names`` (:func:`marked_names`) and
     its matmuls ``dots`` (:func:`jaxremat.sequence.ranked.layer_dots`, for ``"dots_ranked"``;
     a threshold that is ``"dots"`` or ``"dots_no_batch"`` on the same menu is left out:
-    :func:`jaxremat.sequence.ranked.menu_thresholds`)."""
+    :func:`jaxremat.sequence.ranked.menu_thresholds`) and, for ``"dots_plus"``, the policy
+    :func:`jaxremat.sequence.searched.search` found (``plus``)."""
     options = [PolicyOption("everything", None)]
     save_names = jax.checkpoint_policies.save_only_these_names
     offload_names = lambda *marked: offload_policy("offload_names", marked)  # noqa: E731
@@ -195,11 +204,27 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
         elif entry == RANKED:
             options += [PolicyOption(f"{entry}:>={k}", RankedDots(k))
                         for k in menu_thresholds(menu, dots)]
+        elif entry == SEARCHED:
+            options += [PolicyOption(plus_name(policy, wide), policy)
+                        for policy, wide in zip(plus, _wide(plus))]
         elif entry in OFFLOAD_POLICIES:
             options.append(PolicyOption(entry, offload_policy(entry), True))
         else:
             options.append(PolicyOption(entry, _BUILTIN[entry]))
     return tuple(options)
+
+
+_NO_PLUS = "no value kept beside the matmul outputs lowered the layer's recomputation"
+
+
+def plus_name(policy: DotsPlus, wide: bool) -> str:
+    """The option name of a ``"dots_plus"`` policy (:mod:`jaxremat.sequence.searched`)."""
+    return ("dots_no_batch_plus" if policy.no_batch else SEARCHED) + (":wide" if wide else "")
+
+
+def _wide(plus: Sequence[DotsPlus]) -> list[bool]:
+    """Per searched policy, whether it is the second (wider) of its base."""
+    return [any(q.no_batch == policy.no_batch for q in plus[:k]) for k, policy in enumerate(plus)]
 
 
 def menu_for(menu: Sequence[str | Callable], layer: Callable, p: Any, x: Any, jaxpr: Any = None,
@@ -209,4 +234,9 @@ def menu_for(menu: Sequence[str | Callable], layer: Callable, p: Any, x: Any, ja
     gives it none; ``jaxpr``: ``jax.make_jaxpr(layer)(p, x)`` where already traced."""
     jaxpr = jaxpr if jaxpr is not None else jax.make_jaxpr(layer)(p, x)
     dots = layer_dots(jaxpr) if RANKED in menu else ()
-    return layer_menu(menu, marked_names(layer, p, x, jaxpr), dots), ranked_notes(menu, dots)
+    notes = ranked_notes(menu, dots)
+    plus = (search(layer, p, x, jaxpr, tree_bytes(x))
+            + search(layer, p, x, jaxpr, tree_bytes(x), no_batch=True)) if SEARCHED in menu else ()
+    if SEARCHED in menu and not plus:
+        notes += ((SEARCHED, _NO_PLUS),)
+    return layer_menu(menu, marked_names(layer, p, x, jaxpr), dots, plus), notes

@@ -1,0 +1,196 @@
+"""``"dots_plus"``: ``dots_saveable`` and the values that make it cheaper, found by measurement
+(issue 17.6).
+
+``dots_saveable`` keeps every matmul's output, but a layer's backward rarely reads a matmul's
+raw output: it reads what the matmul's epilogue made of it (the bias added, the softmax's
+``exp`` of the attention scores, the residual sum), so under ``dots_saveable`` the backward
+recomputes those epilogues from the kept outputs. Allowing the policy to keep the epilogue's
+value instead lets ``jax.checkpoint`` keep a tensor of the same size that the backward reads
+directly: the same tape, less recomputation. Values of a few bytes per row (a LayerNorm's
+mean and variance, an attention mask) cost next to nothing to keep and save their chains.
+Which values pay is a layer's own question, so this module answers it by measurement, as
+Rockmate derives a block's options from its own graph (Zhao et al., "Rockmate: an Efficient,
+Fast, Automatic and Generic Tool for Re-materialization in PyTorch", ICML 2023):
+
+The search runs twice per layer, over ``dots_saveable`` and over
+``dots_with_no_batch_dims_saveable`` (the *base*):
+
+1. The candidates are the layer's equations (nested ones too; no matmul, convolution or
+   call), grouped by what a policy sees of them, their primitive and operand shapes and
+   dtypes (:func:`equation_key`), that either produce as many elements as some matmul's
+   output (an epilogue's value) or at most 1/8 of the layer's input bytes (a statistic).
+2. Each candidate is measured on its own beside the base: the tape bytes and the flops of
+   the vjp's forward and pullback (counted on their jaxprs,
+   :func:`jaxremat.measure.costs.count_jaxpr`) of ``jax.checkpoint(layer, policy)``.
+3. Those that lower the flops are added greedily, those that cost no tape bytes first and
+   then by flops saved per byte, each kept only if the measured union still lowers the
+   flops and its tape stays within 1/4 above the base's. The options are the cheapest
+   unions seen within 1/16 and within 1/4 above the base's tape (:data:`SLACKS`).
+
+The options (:class:`DotsPlus`; named ``"dots_plus"``, ``"dots_plus:wide"``,
+``"dots_no_batch_plus"``, ``"dots_no_batch_plus:wide"``) are then measured by the profile
+like any other option, and the DP decides what each is worth. The search costs one trace per
+candidate and step (about 0.04 s each; 1-2 s per base for a transformer block) at a layer's
+first shape; a later shape of the same program (same primitives, ranks and dtypes) maps the
+chosen equations to its own shapes without searching again. Opt-in
+(``policies=(..., "dots_plus")``), as ``"dots_ranked"`` is: it multiplies a first profile's
+time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator
+
+import jax
+from jax.extend.core import ClosedJaxpr, Jaxpr
+
+from ..jax_compat import sub_jaxprs
+from ..lru import LRU
+from ..measure.costs import count_jaxpr
+from ..measure.trace import trace_layer
+from ..trees import aval_nbytes
+from .ranked import contraction
+
+__all__ = ["SEARCHED", "SLACKS", "DotsPlus", "candidates", "equation_key", "search"]
+
+SEARCHED = "dots_plus"
+"""The menu entry of this module."""
+
+SLACKS = (1 / 16, 1 / 4)
+"""A layer gets the cheapest union whose tape exceeds the base policy's by at most each of
+these shares (one option per distinct union)."""
+
+_STATISTIC = 1 / 8  # candidates this small (of the layer's input bytes) whatever their shape
+_CHOSEN = LRU(256)  # (program structure, base) -> the chosen equations' positions
+
+Key = tuple[str, tuple[tuple[tuple[int, ...], str], ...]]
+
+
+def equation_key(prim: Any, avals: Any) -> Key:
+    """What a ``jax.checkpoint`` policy can tell an equation by: its primitive's name and its
+    operands' shapes and dtypes."""
+    return (getattr(prim, "name", str(prim)),
+            tuple((tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", ""))) for a in avals))
+
+
+@dataclasses.dataclass(frozen=True)
+class DotsPlus:
+    """The ``jax.checkpoint`` policy keeping what ``dots_saveable`` keeps (with ``no_batch``:
+    what ``dots_with_no_batch_dims_saveable`` keeps) and the outputs of the equations with
+    an :func:`equation_key` in ``keys``. Frozen: equal policies compare
+    and hash equal, as ``jax.checkpoint`` needs of a static argument."""
+
+    keys: frozenset
+    no_batch: bool = False
+
+    def __call__(self, prim: Any, *avals: Any, **params: Any) -> bool:
+        found = contraction(prim, *avals, **params)
+        if found is not None and not (self.no_batch and found[1]):
+            return True
+        return equation_key(prim, avals) in self.keys
+
+
+def _equations(jaxpr: Jaxpr) -> Iterator[Any]:
+    """The equations of ``jaxpr`` and of its nested programs, in program order."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for inner in sub_jaxprs(eqn):
+            yield from _equations(getattr(inner, "jaxpr", inner))
+
+
+def _structure(jaxpr: Jaxpr) -> tuple:
+    """The program without its sizes: each equation's primitive and its operands' ranks and
+    dtypes (a later batch size of the same layer has the same structure)."""
+    return tuple((e.primitive.name, tuple((len(getattr(v.aval, "shape", ())),
+                                           str(getattr(v.aval, "dtype", ""))) for v in e.invars))
+                 for e in _equations(jaxpr))
+
+
+def candidates(jaxpr: ClosedJaxpr | Jaxpr, input_bytes: int) -> tuple[Key, ...]:
+    """The keys worth trying beside ``dots_saveable`` (module docstring, step 1), once
+    each, in program order."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    eqns = list(_equations(jaxpr))
+    dot_sizes = set()
+    for eqn in eqns:
+        if contraction(eqn.primitive, *(v.aval for v in eqn.invars), **eqn.params) is not None:
+            dot_sizes.add(int(getattr(eqn.outvars[0].aval, "size", 0)))
+    found: dict[Key, None] = {}
+    for eqn in eqns:
+        if sub_jaxprs(eqn) or len(eqn.outvars) != 1:
+            continue
+        avals = [v.aval for v in eqn.invars]
+        if contraction(eqn.primitive, *avals, **eqn.params) is not None:
+            continue
+        out = eqn.outvars[0].aval
+        if (int(getattr(out, "size", -1)) in dot_sizes
+                or aval_nbytes(out) <= _STATISTIC * input_bytes):
+            found.setdefault(equation_key(eqn.primitive, avals), None)
+    return tuple(found)
+
+
+def _measure(layer: Callable, p: Any, x: Any, policy: DotsPlus) -> tuple[int, float]:
+    """``(tape bytes, flops of the vjp's forward and pullback)`` of the layer under
+    ``policy``."""
+    traced = trace_layer(jax.checkpoint(layer, policy=policy, prevent_cse=True), p, x, 0)
+    return traced.tape_bytes, count_jaxpr(traced.forward)[0] + count_jaxpr(traced.backward)[0]
+
+
+def _greedy(layer: Callable, p: Any, x: Any, keys: tuple[Key, ...], no_batch: bool
+            ) -> tuple[tuple[int, ...], ...]:
+    """The positions in ``keys`` of the unions the greedy search keeps (module docstring):
+    the cheapest within each of :data:`SLACKS` above the base policy's tape, distinct ones
+    only, smallest slack first."""
+    tape, flops = _measure(layer, p, x, DotsPlus(frozenset(), no_batch))
+    limits = [tape * (1 + slack) for slack in SLACKS]
+    gains = []
+    for position, key in enumerate(keys):
+        one_tape, one_flops = _measure(layer, p, x, DotsPlus(frozenset({key}), no_batch))
+        if one_flops < flops and one_tape <= limits[-1]:
+            extra = one_tape - tape
+            gains.append((extra > 0, -(flops - one_flops) / max(extra, 1), position))
+    chosen: list[int] = []
+    best = [((), flops) for _ in limits]  # per limit: the cheapest union within it
+    least = flops
+    for _, _, position in sorted(gains):
+        trial = frozenset(keys[k] for k in chosen + [position])
+        trial_tape, trial_flops = _measure(layer, p, x, DotsPlus(trial, no_batch))
+        if trial_flops < least and trial_tape <= limits[-1]:
+            chosen.append(position)
+            least = trial_flops
+            for level, limit in enumerate(limits):
+                if trial_tape <= limit and trial_flops < best[level][1]:
+                    best[level] = (tuple(sorted(chosen)), trial_flops)
+    found: list[tuple[int, ...]] = []
+    for union, _ in best:
+        if union and union not in found:
+            found.append(union)
+    return tuple(found)
+
+
+def _key_of(eqn: Any) -> Key:
+    return equation_key(eqn.primitive, [v.aval for v in eqn.invars])
+
+
+def search(layer: Callable, p: Any, x: Any, jaxpr: ClosedJaxpr, input_bytes: int,
+           no_batch: bool = False) -> tuple[DotsPlus, ...]:
+    """The ``"dots_plus"`` policies of ``layer(p, x)`` (module docstring) over
+    ``dots_saveable``, or over ``dots_with_no_batch_dims_saveable`` with ``no_batch``;
+    ``jaxpr``: ``jax.make_jaxpr(layer)(p, x)``. Empty when no candidate lowers the flops.
+
+    The choice is remembered per program structure as the positions of the chosen
+    equations, so a later shape (whose candidates may differ: which sizes coincide with a
+    matmul's depends on the shapes) takes the same equations at its own shapes."""
+    eqns = list(_equations(getattr(jaxpr, "jaxpr", jaxpr)))
+    memo_key = (_structure(getattr(jaxpr, "jaxpr", jaxpr)), no_batch)
+    chosen = _CHOSEN.get(memo_key)
+    if chosen is None:
+        keys = candidates(jaxpr, input_bytes)
+        unions = _greedy(layer, p, x, keys, no_batch) if keys else ()
+        chosen = tuple(tuple(i for i, e in enumerate(eqns)
+                             if not sub_jaxprs(e) and _key_of(e) in {keys[k] for k in union})
+                       for union in unions)
+        _CHOSEN.put(memo_key, chosen)
+    return tuple(DotsPlus(frozenset(_key_of(eqns[i]) for i in union), no_batch)
+                 for union in chosen)

@@ -1,0 +1,146 @@
+"""``"dots_plus"`` (issue 17.6): ``dots_saveable`` and the values a measured greedy search
+finds make it cheaper (:mod:`jaxremat.sequence.searched`). The option it adds keeps about
+``dots_saveable``'s tape for fewer recomputed flops, gives plain gradients, fits the meter,
+is found once per program structure, and a layer it cannot improve gets none, with the
+reason."""
+
+from __future__ import annotations
+
+import blocks
+import jax
+import jax.numpy as jnp
+import pytest
+from blocks import assert_same_grads, loss_of, plain_grads
+
+from jaxremat import activation_memory, remat_sequence
+from jaxremat.sequence import searched
+from jaxremat.sequence.apply import apply_plan
+from jaxremat.sequence.policies import check_policies, menu_for
+from jaxremat.sequence.profile import profile_sequence
+from jaxremat.sequence.searched import DotsPlus, candidates, equation_key, search
+from jaxremat.trees import tree_bytes
+from solver import Checkpoint, Layer
+
+PLUS = ("dots", "dots_plus")
+
+
+
+
+
+def found_policy(name):
+    layer, p, x = blocks.case(name)
+    found = search(layer, p, x, jax.make_jaxpr(layer)(p, x), tree_bytes(x))
+    return (found[0] if found else None), (layer, p, x)
+
+
+def test_check_policies_takes_the_name():
+    assert check_policies(("dots", "dots_plus")) == PLUS
+    with pytest.raises(ValueError, match="'dots_plus'"):
+        check_policies(("dots_pluss",))
+
+
+def test_policy_keeps_the_dots_and_the_chosen_equations_only():
+    policy = DotsPlus(frozenset({equation_key(jax.lax.exp_p, [jax.ShapeDtypeStruct((2, 3),
+                                                                                   jnp.float32)])}))
+    f32 = jax.ShapeDtypeStruct((2, 3), jnp.float32)
+    assert policy(jax.lax.exp_p, f32)
+    assert not policy(jax.lax.exp_p, jax.ShapeDtypeStruct((3, 3), jnp.float32))
+    assert not policy(jax.lax.tanh_p, f32)
+    a, b = jax.ShapeDtypeStruct((2, 3), jnp.float32), jax.ShapeDtypeStruct((3, 4), jnp.float32)
+    assert policy(jax.lax.dot_general_p, a, b,
+                  dimension_numbers=(((1,), (0,)), ((), ())))
+    assert hash(policy) == hash(DotsPlus(policy.keys)) and policy == DotsPlus(policy.keys)
+
+
+def test_attention_keeps_the_softmax_not_the_scores_for_fewer_flops_at_the_same_tape():
+    policy, (layer, p, x) = found_policy("attention")
+    assert policy is not None
+    # the softmax's exp has the scores' shape: kept instead of them, its chain is not redone
+    names = {key[0] for key in policy.keys}
+    assert "exp" in names
+    dots_tape, dots_flops = searched._measure(layer, p, x, DotsPlus(frozenset()))
+    tape, flops = searched._measure(layer, p, x, policy)
+    assert flops < dots_flops
+    assert tape <= dots_tape * (1 + searched.SLACKS[0])
+    # every chosen key is a candidate, and each one counts: without it the flops rise
+    assert policy.keys <= set(candidates(jax.make_jaxpr(layer)(p, x), tree_bytes(x)))
+    for key in policy.keys:
+        assert searched._measure(layer, p, x, DotsPlus(policy.keys - {key}))[1] > flops
+
+
+def test_the_profile_gets_the_option_cheaper_than_dots():
+    layer, p, x = blocks.case("attention")
+    (found,) = profile_sequence([layer], [p], x, policies=PLUS).layers
+    options = {o.name: o for o in found.options}
+    assert {"dots", "dots_plus"} <= set(options)
+    assert set(options) <= {"dots", "dots_plus", "dots_plus:wide", "dots_no_batch_plus",
+                            "dots_no_batch_plus:wide"}
+    dots, plus = options["dots"], options["dots_plus"]
+    assert plus.bwd_flops < dots.bwd_flops
+    assert plus.tape_bytes <= dots.tape_bytes * (1 + searched.SLACKS[0])
+    # every option the searches made is on the layer's menu or said why it is not
+    for policy in search(layer, p, x, jax.make_jaxpr(layer)(p, x), tree_bytes(x), no_batch=True):
+        assert policy.no_batch
+
+
+def test_layer_without_dots_gets_no_option_and_says_why():
+    layers = [lambda p, x: jnp.sin(x) * p]
+    profile = profile_sequence(layers, [jnp.float32(2.0)], jnp.ones((4, 8)), policies=PLUS)
+    (first,) = profile.layers
+    assert "dots_plus" not in first.option_names
+    assert dict(first.dropped)["dots_plus"].startswith("no value kept beside the matmul")
+
+
+def test_a_later_shape_of_the_same_program_reuses_the_choice(monkeypatch):
+    layer, p, x = blocks.case("attention")
+    first = search(layer, p, x, jax.make_jaxpr(layer)(p, x), tree_bytes(x))
+    calls = []
+    monkeypatch.setattr(searched, "_measure", lambda *a: calls.append(a) or (0, 0.0))
+    # nor are the candidates read: they may differ at another shape (which sizes coincide
+    # with a matmul's), the chosen equations' positions do not
+    monkeypatch.setattr(searched, "candidates", lambda *a: calls.append(a) or ())
+    wider = jnp.concatenate([x, x])  # batch 16: same program, other shapes
+    later = search(layer, p, wider, jax.make_jaxpr(layer)(p, wider), tree_bytes(wider))
+    assert calls == []
+    assert len(later) == len(first)
+    assert {k[0] for k in later[0].keys} == {k[0] for k in first[0].keys}
+    assert later[0].keys != first[0].keys  # mapped to the new shapes
+    batch_16 = [key for key in later[0].keys if key[0] == "exp"]
+    assert batch_16 and batch_16[0][1][0][0][0] == 16
+
+
+def _stack():
+    mlp, mlp_p, _ = blocks.case("mlp")
+    attention, attention_p, hx = blocks.case("attention")
+    return [attention, mlp], [attention_p, mlp_p], hx
+
+
+@pytest.mark.parametrize("every_option", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_the_options_give_plain_gradients_stored_and_recomputed(every_option):
+    layers, params, x = _stack()
+    policies, h = [], x
+    for layer, p in zip(layers, params):
+        options = menu_for(("dots_plus",), layer, p, h)[0]
+        assert [o.name for o in options][:2] == ["everything", "dots_plus"]
+        policies.append(tuple(o.policy for o in options))
+        h = layer(p, h)
+    want = plain_grads(layers, params, x)
+    # every option the menu generates: stored in the forward, then in a recomputed segment
+    for option in range(1, max(len(p) for p in policies) if every_option else 3):
+        chosen = [min(option, len(p) - 1) for p in policies]
+        plan = (Checkpoint(0, 2, (Layer(0, chosen[0]), Layer(1, chosen[1]))),) if option % 2 \
+            else (Layer(0, chosen[0]), Layer(1, chosen[1]))
+        run = lambda params, x, plan=plan: apply_plan(plan, layers, params, x,
+                                                      policies=tuple(policies))
+        assert_same_grads(run, params, x, want)
+
+
+@pytest.mark.parametrize("budget", [0.8, pytest.param(0.9, marks=pytest.mark.slow)])
+def test_the_menu_fits_the_meter_with_plain_gradients(budget):
+    layers, params, x = _stack()
+    plain_memory = activation_memory(loss_of(remat_sequence(layers, "100%", policies=())),
+                                     params, x)
+    seq = remat_sequence(layers, int(budget * plain_memory), policies=("dots", "dots_no_batch",
+                                                                       "dots_plus"))
+    assert_same_grads(seq, params, x, plain_grads(layers, params, x))
+    assert activation_memory(loss_of(seq), params, x) <= budget * plain_memory
