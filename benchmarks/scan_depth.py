@@ -25,6 +25,7 @@ CPU compiler undoes remat, so memory is the meter's, never XLA's.
         [--at least|25%] [--depths 32,64,128]
     python benchmarks/scan_depth.py --crossover [--block all|mlp,lnmlp,...] [--depths 32]
     python benchmarks/scan_depth.py --gpt [--gpt-shape 24,512,8,8,256] [--device-columns on]
+        [--policies default|plus]
 
 ``--gpt`` measures instead a GPT-2-style decoder of 24 blocks (``policies.py``'s
 ``gpt2_block``: pre-LayerNorm causal attention and a 4x GELU MLP) scanned over stacked
@@ -366,9 +367,12 @@ def gpt_stack(depth, width, heads, batch, seq):
     return (lambda p, h: gpt2_block(p, h, n_head=heads)), stacked, x
 
 
-def gpt_table(shape, gpu):
+def gpt_table(shape, gpu, menu="default"):
     """Memory, flops, compile time and (``gpu``) compiled temp memory and step time of the
-    scanned GPT's gradient under each method (module docstring)."""
+    scanned GPT's gradient under each method (module docstring); ``remat_scan`` plans with
+    the policy menu ``policies.MENUS[menu]``."""
+    from policies import MENUS
+
     depth, width, heads, batch, seq = shape
     layer, params, x = gpt_stack(depth, width, heads, batch, seq)
 
@@ -382,7 +386,7 @@ def gpt_table(shape, gpu):
     budgets = [(f"= {name[5:]}", mem) for name, mem in policy_mem.items()]
     budgets += [(share, share) for share in ("25%", "50%", "75%")]
     for label, budget in budgets:
-        fn = jaxremat.remat_scan(layer, budget, costs=COSTS)
+        fn = jaxremat.remat_scan(layer, budget, costs=COSTS, policies=MENUS[menu])
         try:
             plan = fn.plan(params, x)
         except solver.InfeasibleBudget as error:
@@ -443,13 +447,16 @@ def main():
                         type=lambda s: tuple(int(v) for v in s.split(",")),
                         help="depth,width,heads,batch,sequence of --gpt")
     parser.add_argument("--device-columns", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument("--policies", default="default",
+                        help="with --gpt: remat_scan's policy menu, a name of "
+                             "benchmarks/policies.py's MENUS (default, none, ranked, plus)")
     args = parser.parse_args()
     if args.gpt:
         gpu = {"auto": jax.devices()[0].platform != "cpu", "on": True,
                "off": False}[args.device_columns]
         print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), JAX "
               f"{jax.__version__}; costs={COSTS!r}")
-        gpt_table(args.gpt_shape, gpu)
+        gpt_table(args.gpt_shape, gpu, args.policies)
         return
     depths = args.depths or ((8, 16, 32) if args.quick else (8, 16, 32, 64, 128))
     kinds = args.block.split(",")

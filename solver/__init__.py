@@ -56,7 +56,7 @@ from .graph import (
     training_memory,
 )
 from .ilp import IlpSolution, TrainingGraph, ilp_min_peak, solve_ilp
-from .solve import METHODS, is_uniform_method, solve
+from .solve import MAX_SLOTS, METHODS, is_uniform_method, scaled_slots, solve
 
 __all__ = [
     *chain.__all__,
@@ -65,7 +65,9 @@ __all__ = [
     "CheckpointSet",
     "format_bytes",
     "InfeasibleBudget",
+    "MAX_SLOTS",
     "METHODS",
     "is_uniform_method",
+    "scaled_slots",
     "solve",
 ]

@@ -33,6 +33,11 @@ ORACLE_METHODS = ("ilp",)  # accepted by solve, but their schedules have no plan
 # summed in a different order by the DP and by the simulator.
 _PEAK_TOLERANCE = 1e-9
 
+MAX_SLOTS = 20000
+"""The most slots :func:`scaled_slots` gives a short chain."""
+
+_REFERENCE_LENGTH = 200  # scaled_slots keeps the table work of ``slots`` at this length
+
 
 def _check_arguments(chain: Chain, budget: float, method: str, slots: int) -> float:
     if not isinstance(chain, Chain):
@@ -60,6 +65,23 @@ def is_uniform_method(method: str) -> bool:
     """Whether ``method`` names a uniform option plan: ``"uniform:<option name>"``."""
     return isinstance(method, str) and method.startswith(UNIFORM_PREFIX) and (
         len(method) > len(UNIFORM_PREFIX))
+
+
+def scaled_slots(length: int, slots: int = 500) -> int:
+    """The slot count for Rotor's table on a chain of ``length`` layers: ``slots`` scaled by
+    ``(200 / length) ** 2``, at least ``slots`` and at most :data:`MAX_SLOTS`.
+
+    The table has ``length ** 2`` subproblems per memory slot, so a short chain affords
+    finer units for the work ``slots`` cost at 200 layers. Finer units round sizes up by
+    less (a unit that divides the coarser one never rounds up more), which matters at tight
+    budgets: a whole-model fit (:mod:`jaxremat.flax`) probes budgets equal to plans' peaks,
+    and with 500 slots on 6 layers the rounded table missed the optimum there (a ResNet of
+    6 blocks with four options per block: 4% slower than the exhaustive optimum, found
+    with 10000 slots; benchmarks/RESULTS.md, "session 15")."""
+    if length < 1 or slots < 1:
+        raise ValueError(f"length and slots must be positive, got {length!r} and {slots!r}.")
+    scaled = int(slots * (_REFERENCE_LENGTH / length) ** 2)
+    return max(int(slots), min(MAX_SLOTS, scaled))
 
 
 def solve(

@@ -333,6 +333,8 @@ def solve_plan(
     :func:`jaxremat.budget.resolve_budget`), for the whole ``jax.vmap`` batch: the chain is
     per example, so the solver gets ``budget / batch_size``. ``input_shapes`` (the shapes of
     the sequence's input leaves) let an infeasible share budget say that the batch is empty.
+    ``slots`` is the discretisation at 200 layers: a shorter chain gets finer units for the
+    same table work (:func:`solver.scaled_slots`).
 
     Raises:
       solver.InfeasibleBudget: nothing fits; the message gives the smallest budget in bytes
@@ -343,7 +345,8 @@ def solve_plan(
     no_remat = make_schedule(chain, tuple(Layer(i) for i in range(chain.length))).peak
     budget_bytes = resolve_budget(budget, no_remat * batch_size)
     try:
-        schedule = solver.solve(chain, budget_bytes / batch_size, method=method, slots=slots,
+        schedule = solver.solve(chain, budget_bytes / batch_size, method=method,
+                                slots=solver.scaled_slots(chain.length, slots),
                                 aliases=[option_aliases(p.dropped) for p in profile.layers])
     except solver.InfeasibleBudget as error:
         raise solver.InfeasibleBudget(

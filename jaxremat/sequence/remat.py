@@ -208,7 +208,8 @@ def remat_sequence(
       costs: ``"static"`` (roofline from ``cost_analysis``), ``"flops"`` (its flop term
         alone: the least recomputed flops) or ``"measured"`` (timed on the device);
         :mod:`jaxremat.sequence.profile`.
-      slots: memory discretisation of the dynamic program.
+      slots: memory discretisation of the dynamic program at 200 layers; shorter chains get
+        finer units for the same work (:func:`solver.scaled_slots`, at most 20000 slots).
       policies: the ``jax.checkpoint`` policies a layer may also be saved with, each an
         option between keeping its whole tape and keeping only its input
         (:mod:`jaxremat.sequence.policies`): ``None`` for the default menu (``"dots"``,

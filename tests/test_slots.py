@@ -1,0 +1,78 @@
+"""Rotor's slot count scaled with the chain's length (``solver.scaled_slots``): a short chain
+gets finer memory units, which at a tight budget find the optimum the 500-slot table
+missed (a whole-model fit's chain, recorded in ``tests/data/resnet6_options_chain.json``),
+and ``remat_sequence`` solves with it."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import solver
+from jaxremat import remat_sequence
+from solver import Chain
+from solver.chain.options import LayerOptions
+
+DATA = pathlib.Path(__file__).parent / "data" / "resnet6_options_chain.json"
+EXHAUSTIVE_OPTIMUM = 1.3234762240000001e-05
+"""``solver.chain.exhaustive.exhaustive_optimum`` of the recorded chain at its budget (every
+persistent plan and option; about two minutes of CPU, so recorded rather than rerun)."""
+
+
+def recorded_chain(options: int | None = None) -> tuple[Chain, float]:
+    """The recorded chain (its first ``options`` options per layer) and its budget."""
+    data = json.loads(DATA.read_text())
+    table = data.pop("options")
+    budget = data.pop("budget")
+    data.pop("source")
+    keep = slice(None, options)
+    table = {name: (value if value is None else tuple(tuple(row[keep]) for row in value)
+                    if name == "names" else np.asarray(value)[:, keep])
+             for name, value in table.items()}
+    chain = Chain(**{name: np.asarray(value) for name, value in data.items()})
+    return chain.with_options(LayerOptions(**table)), float(budget)
+
+
+def test_scaled_slots_keeps_the_work_of_500_slots_at_200_layers():
+    assert solver.scaled_slots(200) == 500
+    assert solver.scaled_slots(400) == 500  # never fewer than asked
+    assert solver.scaled_slots(100) == 2000
+    assert solver.scaled_slots(6) == solver.MAX_SLOTS
+    assert solver.scaled_slots(100, 1000) == 4000
+    lengths = range(1, 300)
+    slots = [solver.scaled_slots(n) for n in lengths]
+    assert all(a >= b for a, b in zip(slots, slots[1:]))
+    with pytest.raises(ValueError, match="positive"):
+        solver.scaled_slots(0)
+
+
+def test_the_scaled_table_finds_the_optimum_the_coarse_one_missed():
+    chain, budget = recorded_chain()
+    fewer, _ = recorded_chain(options=4)  # without the fifth option of each layer
+    coarse = solver.solve(chain, budget, slots=500)
+    fine = solver.solve(chain, budget, slots=solver.scaled_slots(chain.length))
+    # a fifth option made the 500-slot table 4% slower than with four (rounding up at a
+    # budget equal to a plan's peak): the scaled table reaches the exhaustive optimum
+    assert coarse.time > solver.solve(fewer, budget, slots=500).time
+    assert fine.time == pytest.approx(EXHAUSTIVE_OPTIMUM, rel=1e-9)
+    assert fine.time <= solver.solve(fewer, budget, slots=solver.scaled_slots(6)).time
+    assert fine.peak <= budget
+
+
+def test_remat_sequence_solves_with_the_scaled_slots(monkeypatch):
+    seen = []
+    solve = solver.solve
+
+    def spy(chain, budget, **kwargs):
+        seen.append((chain.length, kwargs["slots"]))
+        return solve(chain, budget, **kwargs)
+
+    monkeypatch.setattr(solver, "solve", spy)
+    layers = [lambda p, x: jnp.tanh(x @ p)] * 3
+    params = [jnp.eye(4)] * 3
+    remat_sequence(layers, "90%", slots=500).plan(params, jnp.ones((2, 4)))
+    assert seen == [(3, solver.scaled_slots(3, 500))] and seen[0][1] > 500
