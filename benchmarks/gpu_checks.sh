@@ -17,6 +17,7 @@
 #   bash benchmarks/gpu_checks.sh envq       # versions and the device, no demo
 #   bash benchmarks/gpu_checks.sh policiesm  # policies.py gpt with costs measured and static (17.6)
 #   bash benchmarks/gpu_checks.sh models     # model_budget.py --large: ViT-S/16, ResNet, GPT vs uniform policies
+#   bash benchmarks/gpu_checks.sh plus       # policies.py gpt_blocks, default and "dots_plus" menus: step time (17.6)
 #
 # Each part writes its log to $OUT/<part>.log (or benchmarks/gpu_logs/ when OUT is unset)
 # and runs from the repository root with the machine's own JAX (no install: the device has
@@ -135,6 +136,10 @@ part_models() {  # remat_blocks against nnx.remat(policy) on every block, step t
     step 240 $PY benchmarks/model_budget.py --large --models vit
     step 150 $PY benchmarks/model_budget.py --large --models resnet
     step 150 $PY benchmarks/model_budget.py --large --models gpt
+}
+
+part_plus() {  # do the searched policies' fewer flops (same tape) give a faster step?
+    step 300 $PY benchmarks/policies.py --models gpt_blocks --scale 32 --policies default,plus
 }
 
 for part in "${@:-env}"; do
