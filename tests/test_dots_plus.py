@@ -63,7 +63,10 @@ def test_attention_keeps_the_softmax_not_the_scores_for_fewer_flops_at_the_same_
     assert flops < dots_flops
     assert tape <= dots_tape * (1 + searched.SLACKS[0])
     # every chosen key is a candidate, and each one counts: without it the flops rise
-    assert policy.keys <= set(candidates(jax.make_jaxpr(layer)(p, x), tree_bytes(x)))
+    found = candidates(jax.make_jaxpr(layer)(p, x), tree_bytes(x))
+    assert policy.keys <= set(found)
+    assert not any(key[0] in searched.LAYOUT for key in found)
+    assert not any(key[0] == "dot_general" for key in found)
     for key in policy.keys:
         assert searched._measure(layer, p, x, DotsPlus(policy.keys - {key}))[1] > flops
 
