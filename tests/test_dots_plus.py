@@ -118,8 +118,10 @@ def _stack():
     return [attention, mlp], [attention_p, mlp_p], hx
 
 
-@pytest.mark.parametrize("every_option", [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_the_options_give_plain_gradients_stored_and_recomputed(every_option):
+@pytest.mark.parametrize("every_option, backend", [
+    (False, "checkpoint"), pytest.param(True, "checkpoint", marks=pytest.mark.slow),
+    pytest.param(True, "custom_vjp", marks=pytest.mark.slow)])
+def test_the_options_give_plain_gradients_stored_and_recomputed(every_option, backend):
     layers, params, x = _stack()
     policies, h = [], x
     for layer, p in zip(layers, params):
@@ -133,7 +135,7 @@ def test_the_options_give_plain_gradients_stored_and_recomputed(every_option):
         chosen = [min(option, len(p) - 1) for p in policies]
         plan = (Checkpoint(0, 2, (Layer(0, chosen[0]), Layer(1, chosen[1]))),) if option % 2 \
             else (Layer(0, chosen[0]), Layer(1, chosen[1]))
-        run = lambda params, x, plan=plan: apply_plan(plan, layers, params, x,
+        run = lambda params, x, plan=plan: apply_plan(plan, layers, params, x, backend=backend,
                                                       policies=tuple(policies))
         assert_same_grads(run, params, x, want)
 
