@@ -81,6 +81,11 @@ def equation_key(prim: Any, avals: Any) -> Key:
             tuple((tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", ""))) for a in avals))
 
 
+def _key_of(eqn: Any) -> Key:
+    """:func:`equation_key` of a jaxpr equation."""
+    return equation_key(eqn.primitive, [v.aval for v in eqn.invars])
+
+
 @dataclasses.dataclass(frozen=True)
 class DotsPlus:
     """The ``jax.checkpoint`` policy keeping what ``dots_saveable`` keeps (with ``no_batch``:
@@ -133,7 +138,7 @@ def candidates(jaxpr: ClosedJaxpr | Jaxpr, input_bytes: int) -> tuple[Key, ...]:
         out = eqn.outvars[0].aval
         if (int(getattr(out, "size", -1)) in dot_sizes
                 or aval_nbytes(out) <= _STATISTIC * input_bytes):
-            found.setdefault(equation_key(eqn.primitive, avals), None)
+            found.setdefault(_key_of(eqn), None)
     return tuple(found)
 
 
@@ -174,10 +179,6 @@ def _greedy(layer: Callable, p: Any, x: Any, keys: tuple[Key, ...], no_batch: bo
         if union and union not in found:
             found.append(union)
     return tuple(found)
-
-
-def _key_of(eqn: Any) -> Key:
-    return equation_key(eqn.primitive, [v.aval for v in eqn.invars])
 
 
 def search(layer: Callable, p: Any, x: Any, jaxpr: ClosedJaxpr, input_bytes: int,
