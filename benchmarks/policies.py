@@ -34,7 +34,8 @@ that half, no mix of the menu's options reaches the target in the model.
 ``--bare`` adds jaxremat's flops with ``policies=()`` (the whole tape only).
 ``--policies`` names the menus jaxremat plans with (:data:`MENUS`; one table per menu, the
 uniform policies measured once): ``default``, ``none`` (the whole tape only), ``ranked``
-(the default and ``"dots_ranked"``, issue 17.6), ``plus`` (the default and ``"dots_plus"``).
+(the default and ``"dots_ranked"``, issue 17.6), ``plus`` (the default and ``"dots_plus"``),
+``ranked_plus`` (both).
 
 On a GPU (``--device-columns auto``; ``on`` also runs them on CPU, where they mean nothing:
 XLA's CPU compiler undoes remat) each row adds, for the cheapest fitting uniform policy and
@@ -74,7 +75,8 @@ UNIFORM = {
 UNIFORM_METHOD = {"nothing": "every_layer", "dots_no_batch": "uniform:dots_no_batch",
                   "dots": "uniform:dots", "everything": "none"}
 MENUS = {"default": None, "none": (), "ranked": DEFAULT_POLICIES + ("dots_ranked",),
-         "plus": DEFAULT_POLICIES + ("dots_plus",)}
+         "plus": DEFAULT_POLICIES + ("dots_plus",),
+         "ranked_plus": DEFAULT_POLICIES + ("dots_ranked", "dots_plus")}
 """jaxremat's policy menus by ``--policies`` name (``remat_sequence(policies=...)``)."""
 
 
