@@ -272,28 +272,29 @@ def _unrolled_pieces(sizes: tuple[int, ...], unroll: int) -> bool:
     checkpointed piece at most, run inline, and no scan of pieces."""
     if not sizes or sizes == (1,) or sizes[-1] > unroll or len(sizes) > 2:
         return False
-    return len(sizes) == 1 or sizes[0] <= 2 * sizes[1]
+    return True
 
 
 def _floor(chain: Chain, member: NestedScan, margin: Callable[[NestedScan], float],
            deeper: int) -> float:
     """A lower bound on the peak plus margin of ``member`` (``deeper=0``) and every member
     below it (its levels and more, ``deeper=1``): when the loss runs, the input of each
-    checkpointed top-level piece is stored (``x`` each, whatever the levels below do), and
-    ``margin`` grows with the levels (:func:`loop_margin` depends only on the top size, the
-    option, the number of levels and, through whether its runs are unrolled, the last
-    size: for pieces of ``k`` unrolled layers it grows with ``k``, so the least over the
-    levels below is that of one-layer pieces or of the largest pieces; of the two-level
-    members below ``(k,)`` only that of the largest pieces, ``ceil(k / 2)``, can be taken by
-    phase, and it is one of the two; the others keep the terms on the whole peak)."""
+    checkpointed top-level piece is stored (``x`` each, whatever the levels below do), plus
+    the least ``margin`` of the member (``deeper=0``) or of its children (``deeper=1``:
+    every ``sizes + (k,)``, ``k`` in :func:`inner_sizes`; the children of unrolled pieces
+    take their terms by phase, which depend on ``k`` and the chain, so no one child bounds
+    the others; :func:`loop_margin` is cached by :class:`jaxremat.scan.remat.RematScan`,
+    and the lazy search costs each child's margin when it queues it anyway). A member
+    three levels down keeps the terms on the whole peak, which grow with the levels."""
     sizes, L = member.sizes, chain.length
     if reshaped(L, sizes):
         pieces_stored = L // sizes[0]
     else:
         pieces_stored = len(pieces(L, sizes[0])) - 1
-    below = [NestedScan(sizes + (1,) * deeper, member.option)]
-    if deeper and sizes[-1] > 2:
-        below.append(NestedScan(sizes + (inner_sizes(sizes[-1])[0],), member.option))
+    below = [member]
+    if deeper:  # every child: those of unrolled pieces take their terms by phase
+        below = [NestedScan(sizes + (k,), member.option) for k in inner_sizes(sizes[-1])] \
+            or [member]
     return pieces_stored * float(chain.x_size[0]) + min(map(margin, below))
 
 
