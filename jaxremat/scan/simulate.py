@@ -245,6 +245,30 @@ def _runs_below(length: int, sizes: tuple[int, ...]) -> list[tuple[int, int, boo
     return runs
 
 
+def _chunk_gradients(length: int, sizes: tuple[int, ...]) -> list[int]:
+    """Per layer, the layers whose parameter gradients a top level that splits the
+    parameters (not :func:`jaxremat.scan.members.reshaped`) holds as pieces at that
+    layer's ``B`` op, before their concatenation at the end of the backward: the chunks
+    after the layer's (their backward ran first) and, in a ``lax.scan`` of equal segments,
+    that scan's stacked gradients (allocated before its body). 0 for a reshaped top."""
+    if reshaped(length, sizes):
+        return [0] * length
+    parts = pieces(length, sizes[0])
+    groups, start = [], 0
+    for part in parts[:-1]:
+        if groups and groups[-1][0] == part:
+            groups[-1][1] += 1
+        else:
+            groups.append([part, 1, start])
+        start += part
+    held = [0] * length
+    for part, count, first in groups:
+        end = first + part * count
+        for layer in range(first, end):
+            held[layer] = length - end + (part * count if count > 1 else 0)
+    return held
+
+
 def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
                   ) -> tuple[float, float]:
     """``(peak, with_gradients)``: the chain's peak of ``member`` (one level ``(k,)`` or
@@ -261,8 +285,10 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
     first row of the forward loop's stacked inputs (``x``); in their forwards (the forward
     loop over the pieces) the stacked inputs not yet written, the copy of the segment's
     input and the final carry (``(m + 1) x`` at most). The ops before the loss count the
-    final carry of the pieces' loop in the primal (``x``) where the member has one.
-    :func:`jaxremat.scan.family.loop_margin` adds what every phase holds."""
+    final carry of the pieces' loop in the primal (``x``) where the member has one. A top
+    level that splits the parameters adds, at each ``B`` op, the gradient chunks it holds
+    then (:func:`_chunk_gradients`). :func:`jaxremat.scan.family.loop_margin` adds what
+    every phase holds."""
     runs = _runs_below(chain.length, tuple(k for k in member.sizes if k < chain.length))
     run_of = {}
     for start, n, checkpointed, scanned in runs:
@@ -274,6 +300,7 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
     L = chain.length  # layers from ``inline`` on: the top level's last piece, run inline
     inline = L if reshaped(L, sizes) else L - pieces(L, sizes[0])[-1]
     last = member.sizes[-1]  # the length of a segment's last piece (two levels)
+    chunk_grads = _chunk_gradients(L, sizes)
     peak = grads_peak = initial_state(chain).memory
     done, after_loss = 0, False
     for op, candidate in _candidates(chain, member):
@@ -281,7 +308,8 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
         kind = op[0]
         n, checkpointed, scanned = run_of.get(op[1], (0, False, 0))
         if kind is OpKind.B:
-            candidate += (done * n + (last if checkpointed else 0)) * param_bytes
+            candidate += (done * n + (last if checkpointed else 0)
+                          + chunk_grads[op[1]]) * param_bytes
             done += 1
         else:
             done = 0
