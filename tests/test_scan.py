@@ -242,23 +242,28 @@ def test_choice_with_the_loop_margin_is_the_best_member_by_brute_force(
         L, fwd, bwd, x, extra, tmp, params, unroll, share, option):
     """With loop_margin (by phase for the plain scan and jax.checkpoint per layer; the
     unrolled runs' parameter slices growing with the pieces), the search, which prunes with
-    _floor's lower bound on the margins below a member, still finds the fastest member
-    whose peak plus margin fits, and the least such peak when none does."""
+    _floor's lower bound on the margins below a member (with loop_margin's cheaper
+    ``floor=True`` bound, as remat_scan prunes, a lower bound on every member's margin),
+    still finds the fastest member whose peak plus margin fits, and the least such peak
+    when none does."""
     chain = homogeneous(L, fwd, 0.5, bwd, x, extra, tmp, False, option)
     margin = functools.partial(loop_margin, chain, param_bytes=params, unroll=unroll,
                                leaf_bytes=params / 2)
+    floor = functools.partial(margin, floor=True)
     costed = [(m, member_schedule(chain, m)) for m in family(L, 2, chain_options(chain))]
     needs = [s.peak + margin(m) for m, s in costed]
+    assert all(floor(m) <= margin(m) for m, _ in costed)
     budget = share * max(needs)
     fits = [s.time for (m, s), need in zip(costed, needs) if need <= budget * (1 + 1e-9)]
     if not fits:
         with pytest.raises(solver.InfeasibleBudget) as error:
-            choose(chain, budget, max_levels=2, margin=margin)
+            choose(chain, budget, max_levels=2, margin=margin, margin_floor=floor)
         assert error.value.min_budget == pytest.approx(min(needs), rel=1e-12)
         return
-    got = choose(chain, budget, max_levels=2, margin=margin)
-    assert got.schedule.peak + margin(got.member) <= budget * (1 + 1e-9)
-    assert got.schedule.time == pytest.approx(min(fits), rel=1e-12)
+    for pruning in (None, floor):
+        got = choose(chain, budget, max_levels=2, margin=margin, margin_floor=pruning)
+        assert got.schedule.peak + margin(got.member) <= budget * (1 + 1e-9)
+        assert got.schedule.time == pytest.approx(min(fits), rel=1e-12)
 
 
 @settings(max_examples=15, deadline=None)

@@ -46,7 +46,7 @@ option), the search pops members in order of time and expands the ones over budg
 first member popped that fits is the fastest of the family. A member (with its
 descendants) whose peak is bound to exceed both the budget and the least peak already seen
 (:func:`_floor`: the inputs of the checkpointed top-level pieces, stored when the loss
-runs, plus the margin) is not costed: it can neither be chosen nor be the least peak that
+runs, plus a lower bound on the margin) is not costed: it can neither be chosen nor be the least peak that
 an infeasible budget reports. On a homogeneous chain the search first costs a member only
 when it comes first in the queue, by a lower bound on its time (just below its time
 counted from its ops, :func:`member_time`), and
@@ -160,12 +160,14 @@ def chain_options(chain: Chain) -> int:
 
 
 def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
-                unroll: int = UNROLL, leaf_bytes: float | None = None) -> float:
+                unroll: int = UNROLL, leaf_bytes: float | None = None,
+                floor: bool = False) -> float:
     """Bytes to add to the unrolled chain's simulated peak of ``member`` for its loops and
     parameter slices: what the program-order meter (:func:`jaxremat.activation_memory`,
     loops as in :mod:`jaxremat.measure.meter`) counts and the chain does not.
     ``param_bytes``: one layer's parameters; ``leaf_bytes``: its largest parameter leaf
-    (``param_bytes`` when not given).
+    (``param_bytes`` when not given); ``floor``: a lower bound on the margin instead,
+    computed without simulating (the same for the members not taken as unrolled pieces).
 
     The meter counts a loop's outputs (the stacked residuals, the final carry) from before
     its body runs, beside the body's own values: one iteration's residuals and carry twice.
@@ -195,8 +197,7 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     scan measured one activation above the prediction.
 
     * unrolled pieces (:func:`_unrolled_pieces`: one level of segments of ``k <= unroll``
-      layers, or two levels ``(k, j)``, ``j <= unroll``, ``k <= 2 j``, whose segments hold
-      one checkpointed piece, run inline, and no scan of pieces): the outer backward loop's
+      layers, or two levels ``(k, j)``, ``j <= unroll``): the outer backward loop's
       carry and the segment's parameters once (``k`` layers: slices of the unrolled layers,
       and for two levels the split pieces, live from the segment's start to its backward),
       on the chain's peak with each ``B`` op's parameter gradients
@@ -207,7 +208,17 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
       MLP blocks with whole tapes on JAX 0.10.2 (before: 1.5x the measurement on the
       residual MLP block), within one activation on 0.12; an upper bound where the
       parameters outweigh an activation (width 32 at batch 8: segments of two measured
-      1.32x the prediction before the gradients were counted).
+      1.32x the prediction before the gradients were counted). Where a segment's ``m >= 2``
+      equal checkpointed pieces run as a ``lax.scan`` (``8 > 2``, ``4 > 1``), the ops of
+      those pieces also count that loop's terms by phase (``unrolled_peak``: in their
+      recomputation and backward its two carries, its ``m`` pieces' stacked parameter
+      gradients and the segment's input stored again; in their forwards the stacked
+      inputs and the carry). Measured (benchmarks/RESULTS.md, branch scanpeak): ``8 > 2``
+      within 512 B of the meter on the MLP block, whole tape, on JAX 0.10.2 and 0.12
+      (0.96 and 0.92 before, the pieces' loop taken on the whole peak as two activations
+      and the split parameters twice). ``loop_margin(..., floor=True)`` is what every
+      phase holds (``x``, the ``k`` layers' parameters, the split): a lower bound the
+      search prunes with without simulating (:func:`choose`'s ``margin_floor``).
 
     The other members, on the whole peak: per checkpointing level the segment's input (its
     residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
@@ -221,7 +232,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     that does not reshape the parameters (:func:`jaxremat.scan.members.reshaped`) splits
     them (``lax.split``) and the meter counts the pieces and the gradient pieces before
     their concatenation: twice the parameters it cuts (all ``L`` layers at the top level,
-    a segment's below it). Under a policy (option >= 1) with at least one level, one
+    a segment's below it; for the unrolled pieces taken by phase, the top level's pieces
+    once and, at each ``B`` op, the gradient chunks then held,
+    :func:`jaxremat.scan.simulate.unrolled_peak`: GPT-2 ``6 > 2`` at L = 8, unroll 2,
+    0.63 -> 0.81 of the meter). Under a policy (option >= 1) with at least one level, one
     parameter leaf more (the largest): the meter found up to one leaf more than the rest
     of the margin (one weight matrix for ``k > 1`` with ``k`` a scan of one-layer pieces;
     the residual MLP block, ``tests/test_scan_margin.py``). An upper bound on every member
@@ -230,10 +244,11 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     ``unroll`` 0 and 2), but for one vector parameter's broadcast (a LayerNorm scale:
     128-512 B) on a few GPT-2 members; exact for one reshaped level of scanned runs on the
     MLP block. Not counted for these: the gradients of unrolled layers' parameter slices
-    (counted by phase for the unrolled pieces above). Below two levels it is loose: the meter's
-    peak, in the innermost backward, finds part of what each level adds freed (``8 > 2``
-    on that block under ``dots_saveable``: about one activation and one weight matrix
-    over), so the least budget named is the measured peak (:meth:`RematScan._fit`), which
+    (counted by phase for the unrolled pieces above). Below two levels with inner scans of
+    stored layers (pieces longer than ``unroll``) it is loose: the meter's peak finds part
+    of what each level adds freed (the GPT-2 block's ``4 > 2`` at ``unroll=0``: 0.86, the
+    split parameters counted twice where its peak, in the recomputation, holds them once),
+    so the least budget named is the measured peak (:meth:`RematScan._fit`), which
     also takes any excess of the meter over the prediction off the budget and chooses
     again."""
     x = float(chain.x_size[0])
@@ -254,6 +269,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     if not reshaped(L, sizes):
         split += 2 * L * param_bytes
     if _unrolled_pieces(sizes, unroll):  # by phase (docstring)
+        if not reshaped(L, sizes):  # the split pieces once, their gradients by phase
+            split -= L * param_bytes
+        if floor:  # the terms every phase holds: the chain's peak is one of the phases'
+            return x + sizes[0] * param_bytes + split
         peak, grads = unrolled_peak(chain, member, param_bytes)
         return grads - peak + x + sizes[0] * param_bytes + split
     loops = 2 * x * len(sizes)
@@ -268,32 +287,31 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
 def _unrolled_pieces(sizes: tuple[int, ...], unroll: int) -> bool:
     """Whether :func:`loop_margin` takes ``sizes`` (levels below ``L``) by phase as unrolled
     pieces: one level of segments of at most ``unroll`` layers (``(1,)`` aside), or two,
-    ``(k, j)`` with ``j <= unroll`` and ``k <= 2 j``, so that every segment holds one
-    checkpointed piece at most, run inline, and no scan of pieces."""
-    if not sizes or sizes == (1,) or sizes[-1] > unroll or len(sizes) > 2:
-        return False
-    return len(sizes) == 1 or sizes[0] <= 2 * sizes[1]
+    ``(k, j)`` with ``j <= unroll`` (a scan of the segment's checkpointed pieces where
+    ``k > 2 j``, :func:`jaxremat.scan.simulate.unrolled_peak`)."""
+    return bool(sizes) and sizes != (1,) and sizes[-1] <= unroll and len(sizes) <= 2
 
 
 def _floor(chain: Chain, member: NestedScan, margin: Callable[[NestedScan], float],
            deeper: int) -> float:
     """A lower bound on the peak plus margin of ``member`` (``deeper=0``) and every member
     below it (its levels and more, ``deeper=1``): when the loss runs, the input of each
-    checkpointed top-level piece is stored (``x`` each, whatever the levels below do), and
-    ``margin`` grows with the levels (:func:`loop_margin` depends only on the top size, the
-    option, the number of levels and, through whether its runs are unrolled, the last
-    size: for pieces of ``k`` unrolled layers it grows with ``k``, so the least over the
-    levels below is that of one-layer pieces or of the largest pieces; of the two-level
-    members below ``(k,)`` only that of the largest pieces, ``ceil(k / 2)``, can be taken by
-    phase, and it is one of the two; the others keep the terms on the whole peak)."""
+    checkpointed top-level piece is stored (``x`` each, whatever the levels below do), plus
+    the least ``margin`` of the member (``deeper=0``) or of its children (``deeper=1``:
+    every ``sizes + (k,)``, ``k`` in :func:`inner_sizes`; the children of unrolled pieces
+    take their terms by phase, which depend on ``k`` and the chain, so no one child bounds
+    the others). ``margin``: the margin or a lower bound on it (:func:`choose`'s
+    ``margin_floor``; ``loop_margin(..., floor=True)`` does not simulate). A member three
+    levels down keeps the terms on the whole peak, which grow with the levels."""
     sizes, L = member.sizes, chain.length
     if reshaped(L, sizes):
         pieces_stored = L // sizes[0]
     else:
         pieces_stored = len(pieces(L, sizes[0])) - 1
-    below = [NestedScan(sizes + (1,) * deeper, member.option)]
-    if deeper and sizes[-1] > 2:
-        below.append(NestedScan(sizes + (inner_sizes(sizes[-1])[0],), member.option))
+    below = [member]
+    if deeper:  # every child: those of unrolled pieces take their terms by phase
+        below = [NestedScan(sizes + (k,), member.option) for k in inner_sizes(sizes[-1])] \
+            or [member]
     return pieces_stored * float(chain.x_size[0]) + min(map(margin, below))
 
 
@@ -332,11 +350,15 @@ def member_time(chain: Chain, member: NestedScan) -> float:
 
 def choose(chain: Chain, budget: float, *, max_levels: int = 2,
            margin: Callable[[NestedScan], float] | None = None,
-           memo: dict | None = None) -> Choice:
+           memo: dict | None = None,
+           margin_floor: Callable[[NestedScan], float] | None = None) -> Choice:
     """The fastest member of the family with at most ``max_levels`` levels whose simulated
     peak, plus ``margin(member)`` (none by default; :func:`loop_margin` for the meter's
     loops), fits ``budget`` (ties: the lower peak, then fewer levels). ``memo``: a dict to
     keep the simulator's segment records in between calls on the same chain.
+    ``margin_floor``: a lower bound on ``margin``, cheaper to compute, for the search's
+    pruning (:func:`_floor`; ``margin`` itself by default; ``loop_margin(..., floor=True)``
+    for :func:`loop_margin`, which simulates the members it takes by phase).
 
     Raises:
       FamilyInfeasible (a ``solver.InfeasibleBudget``): no member fits; ``.min_budget`` is
@@ -344,19 +366,21 @@ def choose(chain: Chain, budget: float, *, max_levels: int = 2,
         ``.member`` the member that has it.
     """
     margin = margin or (lambda member: 0.0)
+    floor = margin_floor or margin
     if is_homogeneous(chain):  # first costing only what may fit
-        found = _search(_Search(chain, margin, memo), budget, max_levels, lazy=True)
+        found = _search(_Search(chain, margin, memo), budget, max_levels, True, floor)
         if found is not None:
             return found
     search = _Search(chain, margin, memo)  # every member, for the least peak too
-    found = _search(search, budget, max_levels, lazy=False)
+    found = _search(search, budget, max_levels, False, floor)
     if found is not None:
         return found
     smallest = search.smallest
     raise FamilyInfeasible(budget, search.min_peak, smallest, member_schedule(chain, smallest))
 
 
-def _search(search: _Search, budget: float, max_levels: int, lazy: bool) -> Choice | None:
+def _search(search: _Search, budget: float, max_levels: int, lazy: bool,
+            margin_floor: Callable[[NestedScan], float] | None = None) -> Choice | None:
     """Best-first search (module docstring) for the fastest member that fits, or ``None``.
 
     ``lazy`` (homogeneous chains): a member is queued with a lower bound on its time (just
@@ -365,13 +389,15 @@ def _search(search: _Search, budget: float, max_levels: int, lazy: bool) -> Choi
     members leave the queue in the same order), but the least peak is not known when
     nothing fits. Otherwise every member is costed
     when queued and pruned only when it cannot fit *and* cannot have the least peak, so
-    that ``search.min_peak`` is the family's least peak when ``None`` is returned."""
-    chain, margin = search.chain, search.margin
+    that ``search.min_peak`` is the family's least peak when ``None`` is returned.
+    ``margin_floor``: the lower bound on the margin :func:`_floor` prunes with (by default
+    ``search.margin``)."""
+    chain, margin_floor = search.chain, margin_floor or search.margin
     L, limit = chain.length, budget * (1 + _PEAK_TOLERANCE)
     lazy = lazy and search.memo is not None
 
     def hopeless(member: NestedScan, deeper: int) -> bool:
-        floor = _floor(chain, member, margin, deeper)
+        floor = _floor(chain, member, margin_floor, deeper)
         return floor > limit and (lazy or floor >= search.min_peak)
 
     roots = [NestedScan((k,) if k else (), option) for option in range(chain_options(chain))

@@ -272,7 +272,9 @@ class RematScan:
         return f"RematScan(budget={self._budget!r}, method={self._method!r}, costs={self._costs!r})"
 
     def _fit(self, chain: Chain, budget: float, measure: Callable[[NestedScan], int],
-             margin: Callable[[NestedScan], float]) -> tuple[NestedScan, Schedule, int]:
+             margin: Callable[[NestedScan], float],
+             margin_floor: Callable[[NestedScan], float] | None = None
+             ) -> tuple[NestedScan, Schedule, int]:
         """The member chosen for ``budget`` (bytes per example) whose *measured* memory fits:
         when the meter finds more than the prediction, the excess is taken off the budget and
         the choice made again (a few rounds); then the member of least predicted peak, if
@@ -283,13 +285,15 @@ class RematScan:
 
         Raises ``solver.InfeasibleBudget`` naming the budget that works: that member's
         measured memory. ``margin(member)``: bytes added to the chain's peak
-        (:func:`jaxremat.scan.family.loop_margin`)."""
+        (:func:`jaxremat.scan.family.loop_margin`); ``margin_floor``: a cheaper lower bound
+        on it, for the search's pruning (:func:`jaxremat.scan.family.choose`)."""
         extra = 0.0
         smallest = None
         memo: dict = {}
         for _ in range(6):
             try:
-                member, schedule = self._member(chain, budget - extra, memo, margin)
+                member, schedule = self._member(chain, budget - extra, memo, margin,
+                                                margin_floor)
             except FamilyInfeasible as error:
                 smallest = (error.member, error.schedule, error.min_budget)
                 break
@@ -300,7 +304,7 @@ class RematScan:
             extra = max(extra + measured - budget, measured - predicted)
         if smallest is None:
             try:
-                self._member(chain, 0.0, memo, margin)
+                self._member(chain, 0.0, memo, margin, margin_floor)
             except FamilyInfeasible as error:
                 smallest = (error.member, error.schedule, error.min_budget)
         member, schedule, _ = smallest
@@ -310,13 +314,15 @@ class RematScan:
         raise solver.InfeasibleBudget(budget, measured, f"remat_scan {self._method}")
 
     def _member(self, chain: Chain, budget: float, memo: dict,
-                margin: Callable[[NestedScan], float]) -> tuple[NestedScan, Schedule]:
+                margin: Callable[[NestedScan], float],
+                margin_floor: Callable[[NestedScan], float] | None = None
+                ) -> tuple[NestedScan, Schedule]:
         L = chain.length
         fixed = {"none": NestedScan(), "every_layer": NestedScan((1,) if L > 1 else ()),
                  "sqrt": NestedScan((max(1, round(math.sqrt(L))),) if L > 1 else ())}
         if self._method == "rotor":
             choice = choose(chain, budget, max_levels=self._max_levels, margin=margin,
-                            memo=memo)
+                            memo=memo, margin_floor=margin_floor)
             return choice.member, choice.schedule
         member = fixed[self._method]
         schedule = member_schedule(chain, member)
@@ -350,6 +356,9 @@ class RematScan:
         margin = functools.cache(functools.partial(
             loop_margin, chain, param_bytes=param_bytes / batch, unroll=unroll,
             leaf_bytes=leaf_bytes / batch))
+        margin_floor = functools.cache(functools.partial(  # the search's pruning: cheaper
+            loop_margin, chain, param_bytes=param_bytes / batch, unroll=unroll,
+            leaf_bytes=leaf_bytes / batch, floor=True))
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
                                     option_policies(profile.layers[0]), unroll)
         if not is_share(self._budget):  # bytes: no need to measure the plain scan
@@ -359,7 +368,8 @@ class RematScan:
                         + margin(NestedScan()))
             budget = resolve_budget(self._budget, plain * batch)  # "100%" always fits
         try:
-            member, schedule, measured = self._fit(chain, budget / batch, measure, margin)
+            member, schedule, measured = self._fit(chain, budget / batch, measure, margin,
+                                                   margin_floor)
         except solver.InfeasibleBudget as error:
             raise solver.InfeasibleBudget(
                 budget, math.ceil(error.min_budget * batch), error.method, units="bytes"

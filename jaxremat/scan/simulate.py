@@ -224,10 +224,12 @@ def phase_peaks(chain: Chain, member: NestedScan) -> tuple[float, float, float]:
     return float(peaks[0]), float(peaks[1]), float(peaks[2])
 
 
-def _runs_below(length: int, sizes: tuple[int, ...]) -> list[tuple[int, int, bool]]:
-    """``(start, length, checkpointed)`` of the innermost runs of one level ``(k,)`` or two
-    ``(k, j)`` (each run of the second level cut into pieces of ``j``, all but the last
-    checkpointed; :func:`jaxremat.scan.members.skeleton`)."""
+def _runs_below(length: int, sizes: tuple[int, ...]) -> list[tuple[int, int, bool, int]]:
+    """``(start, length, checkpointed, scanned)`` of the innermost runs of one level ``(k,)``
+    or two ``(k, j)`` (each run of the second level cut into pieces of ``j``, all but the
+    last checkpointed; :func:`jaxremat.scan.members.skeleton`); ``scanned``: the number of
+    equal checkpointed pieces in the run's ``lax.scan`` (``jaxremat.scan.remat._run``: two
+    or more in a row), 0 for a piece run inline."""
     if reshaped(length, sizes):
         top = [sizes[0]] * (length // sizes[0])
     else:
@@ -236,37 +238,88 @@ def _runs_below(length: int, sizes: tuple[int, ...]) -> list[tuple[int, int, boo
     for n in top:
         parts = pieces(n, sizes[1]) if len(sizes) > 1 else [n]
         for index, part in enumerate(parts):
-            runs.append((start, part, index < len(parts) - 1))
+            checkpointed = index < len(parts) - 1
+            scanned = sum(1 for p in parts[:-1] if p == part) if checkpointed else 0
+            runs.append((start, part, checkpointed, scanned if scanned > 1 else 0))
             start += part
     return runs
+
+
+def _chunk_gradients(length: int, sizes: tuple[int, ...]) -> list[int]:
+    """Per layer, the layers whose parameter gradients a top level that splits the
+    parameters (not :func:`jaxremat.scan.members.reshaped`) holds as pieces at that
+    layer's ``B`` op, before their concatenation at the end of the backward: the chunks
+    after the layer's (their backward ran first) and, in a ``lax.scan`` of equal segments,
+    that scan's stacked gradients (allocated before its body). 0 for a reshaped top."""
+    if reshaped(length, sizes):
+        return [0] * length
+    parts = pieces(length, sizes[0])
+    groups, start = [], 0
+    for part in parts[:-1]:
+        if groups and groups[-1][0] == part:
+            groups[-1][1] += 1
+        else:
+            groups.append([part, 1, start])
+        start += part
+    held = [0] * length
+    for part, count, first in groups:
+        end = first + part * count
+        for layer in range(first, end):
+            held[layer] = length - end + (part * count if count > 1 else 0)
+    return held
 
 
 def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
                   ) -> tuple[float, float]:
     """``(peak, with_gradients)``: the chain's peak of ``member`` (one level ``(k,)`` or
-    two ``(k, j)``, its innermost runs unrolled), and that peak with, at each ``B`` op,
-    the parameter gradients an unrolled run holds beside what the chain counts: the
+    two ``(k, j)``, its innermost runs unrolled), and that peak with, at each op, what an
+    unrolled run and its loops hold beside what the chain counts: at each ``B`` op the
     gradients of the run's layers already through their ``B`` (each padded into the run's
-    ``[n, ...]`` rows: ``n`` layers' parameters), and,
-    in a checkpointed piece of the second level, those of the segment's last piece (run
-    inline before it, ``j`` layers; concatenated at the segment's end).
-    :func:`jaxremat.scan.family.loop_margin` adds what every phase holds."""
+    ``[n, ...]`` rows: ``n`` layers' parameters), and, in a checkpointed piece of the
+    second level, those of the segment's last piece (run inline before it, ``j`` layers;
+    concatenated at the segment's end). Where a segment's ``m >= 2`` equal checkpointed
+    pieces run as a ``lax.scan`` (:func:`_runs_below`), the ops of those pieces also count
+    that loop's terms, by phase: in their recomputation and backward (inside the backward
+    loop) its carry in and out (``2 x``), its stacked parameter gradients (``m`` pieces of
+    ``j`` layers, allocated before the body) and the segment's input stored again as the
+    first row of the forward loop's stacked inputs (``x``); in their forwards (the forward
+    loop over the pieces) the stacked inputs not yet written, the copy of the segment's
+    input and the final carry (``(m + 1) x`` at most). The ops before the loss count the
+    final carry of the pieces' loop in the primal (``x``) where the member has one. A top
+    level that splits the parameters adds, at each ``B`` op, the gradient chunks it holds
+    then (:func:`_chunk_gradients`). :func:`jaxremat.scan.family.loop_margin` adds what
+    every phase holds."""
     runs = _runs_below(chain.length, tuple(k for k in member.sizes if k < chain.length))
     run_of = {}
-    for start, n, checkpointed in runs:
+    for start, n, checkpointed, scanned in runs:
         for layer in range(start, start + n):
-            run_of[layer] = (n, checkpointed)
+            run_of[layer] = (n, checkpointed, scanned)
+    x = float(chain.x_size[0])
+    any_scan = any(run[3] for run in runs)
+    sizes = tuple(k for k in member.sizes if k < chain.length)
+    L = chain.length  # layers from ``inline`` on: the top level's last piece, run inline
+    inline = L if reshaped(L, sizes) else L - pieces(L, sizes[0])[-1]
     last = member.sizes[-1]  # the length of a segment's last piece (two levels)
+    chunk_grads = _chunk_gradients(L, sizes)
     peak = grads_peak = initial_state(chain).memory
-    done = 0
+    done, after_loss = 0, False
     for op, candidate in _candidates(chain, member):
         peak = max(peak, candidate)
-        if op[0] is OpKind.B:
-            n, checkpointed = run_of[op[1]]
-            candidate += (done * n + (last if checkpointed else 0)) * param_bytes
+        kind = op[0]
+        n, checkpointed, scanned = run_of.get(op[1], (0, False, 0))
+        if kind is OpKind.B:
+            candidate += (done * n + (last if checkpointed else 0)
+                          + chunk_grads[op[1]]) * param_bytes
             done += 1
         else:
             done = 0
+        if scanned and kind in (OpKind.B, OpKind.F_ALL) and after_loss:
+            candidate += 3 * x + scanned * n * param_bytes
+        elif scanned and kind in (OpKind.F_CK, OpKind.F_NONE) and \
+                (after_loss or op[1] >= inline):
+            candidate += (scanned + 1) * x
+        elif any_scan and not after_loss:
+            candidate += x
+        after_loss = after_loss or kind is OpKind.LOSS
         grads_peak = max(grads_peak, candidate)
     return float(peak), float(grads_peak)
-
