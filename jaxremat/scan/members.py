@@ -13,7 +13,7 @@ import solver
 from solver import Checkpoint, Layer
 
 __all__ = ["UNROLL", "UNROLL_MAX_EQUATIONS", "auto_unroll", "check_unroll", "NestedScan",
-           "pieces", "inner_sizes", "reshaped", "skeleton", "body_items", "solver_plan", "family"]
+           "pieces", "runs", "inner_sizes", "reshaped", "skeleton", "body_items", "solver_plan", "family"]
 
 
 UNROLL = 2
@@ -102,6 +102,18 @@ def pieces(length: int, size: int) -> list[int]:
         return [length]
     count, rest = divmod(length, size)
     return ([rest] if rest else []) + [size] * count
+
+
+def runs(parts: list[int]) -> list[tuple[int, int]]:
+    """Consecutive equal piece lengths grouped as ``(length, count)``: ``[1, 4, 4] ->
+    [(1, 1), (4, 2)]`` (a level runs each group of ``count >= 2`` as one ``lax.scan``)."""
+    groups: list[tuple[int, int]] = []
+    for part in parts:
+        if groups and groups[-1][0] == part:
+            groups[-1] = (part, groups[-1][1] + 1)
+        else:
+            groups.append((part, 1))
+    return groups
 
 
 def inner_sizes(size: int) -> list[int]:

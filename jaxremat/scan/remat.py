@@ -52,7 +52,7 @@ from ..sequence.plan import check_settings
 from ..sequence.policies import check_policies
 from ..sequence.profile import profile_sequence
 from .family import FamilyInfeasible, choose, loop_margin, member_schedule
-from .members import UNROLL, NestedScan, auto_unroll, check_unroll, pieces, reshaped
+from .members import UNROLL, NestedScan, auto_unroll, check_unroll, pieces, reshaped, runs
 from .plan import ScanPlan, option_policies
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
@@ -185,10 +185,9 @@ def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: i
         body = functools.partial(_segment, layer, sizes[1:], size, policy, unroll)
         return _scan_layers(jax.checkpoint(body, prevent_cse=False), rows, x)
     parts = pieces(length, sizes[0])
-    groups = _runs(parts[:-1])
-    chunks = _split(params, [size * len(group) for size, group in groups] + [parts[-1]])
-    for (size, group), chunk in zip(groups, chunks):
-        count = len(group)
+    groups = runs(parts[:-1])
+    chunks = _split(params, [size * count for size, count in groups] + [parts[-1]])
+    for (size, count), chunk in zip(groups, chunks):
         body = functools.partial(_segment, layer, sizes[1:], size, policy, unroll)
         if count == 1:
             x = jax.checkpoint(body, prevent_cse=True)(chunk, x)
@@ -202,17 +201,6 @@ def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: i
 def _segment(layer: Callable, sizes: tuple[int, ...], length: int, policy: Callable | None,
              unroll: int, params: Any, x: Any) -> Any:
     return _run(layer, sizes, params, x, length, policy, top=False, unroll=unroll)
-
-
-def _runs(parts: list[int]) -> list[tuple[int, list[int]]]:
-    """Consecutive equal lengths grouped: ``[1, 4, 4] -> [(1, [1]), (4, [4, 4])]``."""
-    groups: list[tuple[int, list[int]]] = []
-    for part in parts:
-        if groups and groups[-1][0] == part:
-            groups[-1][1].append(part)
-        else:
-            groups.append((part, [part]))
-    return groups
 
 
 def _measured(layer: Callable, params: Any, x: Any, length: int,

@@ -24,7 +24,7 @@ import numpy as np
 import solver
 from solver import Chain, OpKind, apply_op, initial_state
 
-from .members import NestedScan, body_items, pieces, reshaped, skeleton, solver_plan
+from .members import NestedScan, body_items, pieces, reshaped, runs, skeleton, solver_plan
 
 __all__ = ["is_homogeneous", "simulate_member", "phase_peaks", "unrolled_peak"]
 
@@ -253,19 +253,12 @@ def _chunk_gradients(length: int, sizes: tuple[int, ...]) -> list[int]:
     that scan's stacked gradients (allocated before its body). 0 for a reshaped top."""
     if reshaped(length, sizes):
         return [0] * length
-    parts = pieces(length, sizes[0])
-    groups, start = [], 0
-    for part in parts[:-1]:
-        if groups and groups[-1][0] == part:
-            groups[-1][1] += 1
-        else:
-            groups.append([part, 1, start])
-        start += part
-    held = [0] * length
-    for part, count, first in groups:
+    held, first = [0] * length, 0
+    for part, count in runs(pieces(length, sizes[0])[:-1]):
         end = first + part * count
         for layer in range(first, end):
             held[layer] = length - end + (part * count if count > 1 else 0)
+        first = end
     return held
 
 
