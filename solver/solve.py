@@ -68,20 +68,21 @@ def is_uniform_method(method: str) -> bool:
 
 
 def scaled_slots(length: int, slots: int = 500) -> int:
-    """The slot count for Rotor's table on a chain of ``length`` layers: ``slots`` scaled by
-    ``(200 / length) ** 2``, at least ``slots`` and at most :data:`MAX_SLOTS`.
+    """The slot count for Rotor's table on a chain of ``length`` layers: ``slots`` times the
+    whole part of ``(200 / length) ** 2``, at least ``slots`` and at most :data:`MAX_SLOTS`
+    (when ``slots`` is below it).
 
     The table has ``length ** 2`` subproblems per memory slot, so a short chain affords
-    finer units for the work ``slots`` cost at 200 layers. Finer units round sizes up by
-    less (a unit that divides the coarser one never rounds up more), which matters at tight
-    budgets: a whole-model fit (:mod:`jaxremat.flax`) probes budgets equal to plans' peaks,
-    and with 500 slots on 6 layers the rounded table missed the optimum there (a ResNet of
-    6 blocks with four options per block: 4% slower than the exhaustive optimum, found
-    with 10000 slots; benchmarks/RESULTS.md, "session 15")."""
+    finer units for the work ``slots`` cost at 200 layers. The unit is then a whole fraction
+    of ``budget / slots``, so no size is rounded up more than with ``slots``. That matters
+    at tight budgets: a whole-model fit (:mod:`jaxremat.flax`) probes budgets equal to
+    plans' peaks, and with 500 slots on 6 layers the rounded table missed the optimum there
+    (a ResNet of 6 blocks, five options per block: 4% slower than the exhaustive optimum,
+    which 10000 slots find; benchmarks/RESULTS.md, "session 15")."""
     if length < 1 or slots < 1:
         raise ValueError(f"length and slots must be positive, got {length!r} and {slots!r}.")
-    scaled = int(slots * (_REFERENCE_LENGTH / length) ** 2)
-    return max(int(slots), min(MAX_SLOTS, scaled))
+    factor = min(MAX_SLOTS // int(slots), int((_REFERENCE_LENGTH / length) ** 2))
+    return int(slots) * max(1, factor)
 
 
 def solve(

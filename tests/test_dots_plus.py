@@ -81,7 +81,7 @@ def test_the_profile_gets_the_option_cheaper_than_dots():
     dots, plus = options["dots"], options["dots_plus"]
     assert plus.bwd_flops < dots.bwd_flops
     assert plus.tape_bytes <= dots.tape_bytes * (1 + searched.SLACKS[0])
-    # every option the searches made is on the layer's menu or said why it is not
+    # the second search keeps what dots_with_no_batch_dims_saveable keeps, plus its keys
     for policy in search(layer, p, x, jax.make_jaxpr(layer)(p, x), tree_bytes(x), no_batch=True):
         assert policy.no_batch
 

@@ -51,7 +51,7 @@ import jax
 from ..jax_compat import sub_jaxprs
 from ..trees import tree_bytes
 from .ranked import RANKED, Dot, RankedDots, layer_dots, menu_thresholds, ranked_notes
-from .searched import SEARCHED, DotsPlus, search
+from .searched import SEARCHED, search
 
 __all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
            "check_policies", "layer_menu", "marked_names", "menu_for", "offload_policy"]
@@ -180,14 +180,14 @@ def _callable_name(policy: Callable, position: int) -> str:
 
 
 def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
-               dots: Sequence[Dot] = (), plus: Sequence[DotsPlus] = (),
+               dots: Sequence[Dot] = (), plus: Sequence[PolicyOption] = (),
                ) -> tuple[PolicyOption, ...]:
     """One layer's options: the whole tape first, then ``menu`` (checked by
     :func:`check_policies`) expanded for the layer's ``names`` (:func:`marked_names`) and
     its matmuls ``dots`` (:func:`jaxremat.sequence.ranked.layer_dots`, for ``"dots_ranked"``;
     a threshold that is ``"dots"`` or ``"dots_no_batch"`` on the same menu is left out:
-    :func:`jaxremat.sequence.ranked.menu_thresholds`) and, for ``"dots_plus"``, the policy
-    :func:`jaxremat.sequence.searched.search` found (``plus``)."""
+    :func:`jaxremat.sequence.ranked.menu_thresholds`) and, for ``"dots_plus"``, the options
+    the search found (``plus``: :func:`_plus_options`)."""
     options = [PolicyOption("everything", None)]
     save_names = jax.checkpoint_policies.save_only_these_names
     offload_names = lambda *marked: offload_policy("offload_names", marked)  # noqa: E731
@@ -205,8 +205,7 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
             options += [PolicyOption(f"{entry}:>={k}", RankedDots(k))
                         for k in menu_thresholds(menu, dots)]
         elif entry == SEARCHED:
-            options += [PolicyOption(plus_name(policy, wide), policy)
-                        for policy, wide in zip(plus, _wide(plus))]
+            options += plus
         elif entry in OFFLOAD_POLICIES:
             options.append(PolicyOption(entry, offload_policy(entry), True))
         else:
@@ -217,14 +216,16 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
 _NO_PLUS = "no value kept beside the matmul outputs lowered the layer's recomputation"
 
 
-def plus_name(policy: DotsPlus, wide: bool) -> str:
-    """The option name of a ``"dots_plus"`` policy (:mod:`jaxremat.sequence.searched`)."""
-    return ("dots_no_batch_plus" if policy.no_batch else SEARCHED) + (":wide" if wide else "")
-
-
-def _wide(plus: Sequence[DotsPlus]) -> list[bool]:
-    """Per searched policy, whether it is the second (wider) of its base."""
-    return [any(q.no_batch == policy.no_batch for q in plus[:k]) for k, policy in enumerate(plus)]
+def _plus_options(layer: Callable, p: Any, x: Any, jaxpr: Any) -> list[PolicyOption]:
+    """The ``"dots_plus"`` options of ``layer(p, x)`` (:func:`jaxremat.sequence.searched.search`
+    over ``dots_saveable``, then over ``dots_with_no_batch_dims_saveable``): per base the
+    narrow one, then the wide one (``":wide"``)."""
+    options = []
+    for no_batch, name in ((False, SEARCHED), (True, "dots_no_batch_plus")):
+        found = search(layer, p, x, jaxpr, tree_bytes(x), no_batch=no_batch)
+        options += [PolicyOption(name + (":wide" if k else ""), policy)
+                    for k, policy in enumerate(found)]
+    return options
 
 
 def menu_for(menu: Sequence[str | Callable], layer: Callable, p: Any, x: Any, jaxpr: Any = None,
@@ -235,8 +236,7 @@ def menu_for(menu: Sequence[str | Callable], layer: Callable, p: Any, x: Any, ja
     jaxpr = jaxpr if jaxpr is not None else jax.make_jaxpr(layer)(p, x)
     dots = layer_dots(jaxpr) if RANKED in menu else ()
     notes = ranked_notes(menu, dots)
-    plus = (search(layer, p, x, jaxpr, tree_bytes(x))
-            + search(layer, p, x, jaxpr, tree_bytes(x), no_batch=True)) if SEARCHED in menu else ()
+    plus = _plus_options(layer, p, x, jaxpr) if SEARCHED in menu else []
     if SEARCHED in menu and not plus:
         notes += ((SEARCHED, _NO_PLUS),)
     return layer_menu(menu, marked_names(layer, p, x, jaxpr), dots, plus), notes
