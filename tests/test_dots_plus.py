@@ -114,6 +114,18 @@ def test_over_nothing_the_options_lie_between_the_input_and_dots_no_batch():
             assert jnp.allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+def test_each_limit_gets_its_own_greedy_union(monkeypatch):
+    """A knapsack's greedy per capacity: the narrowest limit is filled with what fits it
+    (here B and C), not left empty because the best value per byte (A) is too wide for it;
+    A joins at the first limit it fits."""
+    tapes, savings = {"A": 15, "B": 5, "C": 5}, {"A": 30, "B": 9, "C": 8}
+    monkeypatch.setattr(searched, "_measure", lambda layer, p, x, policy: (
+        sum(tapes[k] for k in policy.keys), 100 - sum(savings[k] for k in policy.keys)))
+    monkeypatch.setattr(searched, "_limits", lambda *args: [10, 20, 30])
+    found = searched._greedy(None, None, None, ("A", "B", "C"), "nothing")
+    assert found == ((0, (1, 2)), (2, (0, 1, 2)))
+
+
 def test_the_profile_gets_the_option_cheaper_than_dots():
     layer, p, x = blocks.case("attention")
     (found,) = profile_sequence([layer], [p], x, policies=PLUS).layers

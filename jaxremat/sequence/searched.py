@@ -30,8 +30,10 @@ recomputation per byte is measured, not assumed.
    :func:`jaxremat.measure.costs.count_jaxpr`) of ``jax.checkpoint(layer, policy)``.
 3. Those that lower the flops are added greedily, those that cost no tape bytes first and
    then by flops saved per byte, each kept only if the measured union still lowers the
-   flops and its tape stays within the base's last limit. The options are the cheapest
-   unions seen within each limit: over a dots base 1/16 and 1/4 above its tape
+   flops and its tape stays within the limit at hand: the narrowest first, then each
+   wider one, where the candidates too wide for the last are tried again (a knapsack's
+   greedy per capacity, the unions nested). The options are the unions reached within
+   each limit: over a dots base 1/16 and 1/4 above its tape
    (:data:`SLACKS`), over ``"nothing"`` 1/3, 2/3 and all of the way from its tape to
    ``dots_with_no_batch_dims_saveable``'s (:data:`LEAN_SHARES`).
 
@@ -191,8 +193,8 @@ def _limits(layer: Callable, p: Any, x: Any, base: str, tape: int) -> list[float
 def _greedy(layer: Callable, p: Any, x: Any, keys: tuple[Key, ...], base: str
             ) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """``(limit, positions in keys)`` of the unions the greedy search keeps (module
-    docstring): the cheapest within each of :func:`_limits`, distinct ones only, each with
-    the first limit it is the cheapest within."""
+    docstring): the union reached within each of :func:`_limits`, narrowest first, distinct
+    ones only, each with the first limit it was reached at."""
     tape, flops = _measure(layer, p, x, SearchedPolicy(frozenset(), base))
     limits = _limits(layer, p, x, base, tape)
     if not limits:
@@ -203,22 +205,23 @@ def _greedy(layer: Callable, p: Any, x: Any, keys: tuple[Key, ...], base: str
         if one_flops < flops and one_tape <= limits[-1]:
             extra = one_tape - tape
             gains.append((extra > 0, -(flops - one_flops) / max(extra, 1), position))
+    pending = [position for _, _, position in sorted(gains)]
     chosen: list[int] = []
-    best = [((), flops) for _ in limits]  # per limit: the cheapest union within it
     least = flops
-    for _, _, position in sorted(gains):
-        trial = frozenset(keys[k] for k in chosen + [position])
-        trial_tape, trial_flops = _measure(layer, p, x, SearchedPolicy(trial, base))
-        if trial_flops < least and trial_tape <= limits[-1]:
-            chosen.append(position)
-            least = trial_flops
-            for level, limit in enumerate(limits):
-                if trial_tape <= limit and trial_flops < best[level][1]:
-                    best[level] = (tuple(sorted(chosen)), trial_flops)
     found: dict[tuple[int, ...], int] = {}
-    for level, (union, _) in enumerate(best):
-        if union:
-            found.setdefault(union, level)
+    for level, limit in enumerate(limits):
+        too_wide = []  # tried again under the next, wider limit
+        for position in pending:
+            trial = frozenset(keys[k] for k in chosen + [position])
+            trial_tape, trial_flops = _measure(layer, p, x, SearchedPolicy(trial, base))
+            if trial_tape > limit:
+                too_wide.append(position)
+            elif trial_flops < least:
+                chosen.append(position)
+                least = trial_flops
+        pending = too_wide
+        if chosen:
+            found.setdefault(tuple(sorted(chosen)), level)
     return tuple((level, union) for union, level in found.items())
 
 
