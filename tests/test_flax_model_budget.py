@@ -271,8 +271,8 @@ def test_the_fit_fills_the_room_the_bisection_leaves():
             self.predicted_time = 2.0 - (blocks - least) / (top - least)
 
     def measured(choice):
-        blocks = {model_scope.NO_REMAT: top, model_scope.LEAST: least}.get(choice["budget"],
-                                                                         choice["budget"])
+        named = {model_scope.NO_REMAT: top, model_scope.LEAST: least}
+        blocks = named.get(choice["budget"], choice["budget"])
         return blocks + around, {"plan": Probed(blocks)}
 
     choice, note, plan = model_scope._search(measured, budget, method="rotor", batch=1,

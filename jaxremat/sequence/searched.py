@@ -33,16 +33,17 @@ recomputation per byte is measured, not assumed.
    flops and its tape stays within the limit at hand: the narrowest first, then each
    wider one, where the candidates too wide for the last are tried again (a knapsack's
    greedy per capacity, the unions nested). The options are the unions reached within
-   each limit: over a dots base 1/16 and 1/4 above its tape
-   (:data:`SLACKS`), over ``"nothing"`` 1/3, 2/3 and all of the way from its tape to
+   each limit: over a dots base 1/16 and 1/4 above its tape (:data:`SLACKS`), over
+   ``"nothing"`` 1/3, 2/3 and all of the way from its tape to
    ``dots_with_no_batch_dims_saveable``'s (:data:`LEAN_SHARES`).
 
 The options (:class:`SearchedPolicy`; named ``"dots_plus"``, ``"dots_no_batch_plus"`` and
-``"nothing_plus"`` after their base, with the suffix of their limit, :data:`SUFFIXES`) are then measured by
-the profile like any other option, and the DP decides what each is worth. The search costs
-one trace per candidate and step (about 0.04 s each; 1-2 s per base for a transformer block) at a layer's
-first shape; a later shape of the same program (same primitives, ranks and dtypes) maps the
-chosen equations to its own shapes without searching again. Opt-in
+``"nothing_plus"`` after their base, with the suffix of their limit, :data:`SUFFIXES`) are
+then measured by the profile like any other option, and the DP decides what each is worth.
+The search costs one trace per candidate and step (about 0.04 s each; 1-2 s per base for a
+transformer block) at a layer's first shape; a later shape of the same program (same
+primitives, ranks and dtypes) maps the chosen equations to its own shapes without searching
+again. Opt-in
 (``policies=(..., "dots_plus")``), as ``"dots_ranked"`` is: it multiplies a first profile's
 time.
 """
@@ -68,17 +69,21 @@ __all__ = ["BASES", "LAYOUT", "LEAN_SHARES", "SEARCHED", "SLACKS", "SUFFIXES", "
 SEARCHED = "dots_plus"
 """The menu entry of this module."""
 
+BASES = ("dots", "dots_no_batch", "nothing")
+"""What a searched policy keeps besides its keys: every matmul output (``dots_saveable``),
+those without batch dimensions (``dots_with_no_batch_dims_saveable``) or nothing."""
+
 SLACKS = (1 / 16, 1 / 4)
-"""Over a dots base, a layer gets the cheapest union whose tape exceeds the base policy's by
-at most each of these shares (one option per distinct union)."""
+"""Over a dots base, a layer gets the greedy union whose tape exceeds the base policy's by at
+most each of these shares (one option per distinct union)."""
 
 LEAN_SHARES = (1 / 3, 2 / 3, 1)
-"""Over ``"nothing"``, a layer gets the cheapest union whose tape lies at most each of these
+"""Over ``"nothing"``, a layer gets the greedy union whose tape lies at most each of these
 shares of the way from the layer's input to ``dots_with_no_batch_dims_saveable``'s tape."""
 
 SUFFIXES = ("", ":wide", ":wider")
-"""An option's name is its base's entry and the suffix of the first limit whose cheapest
-union it is (``"nothing_plus:wide"``)."""
+"""An option's name is its base's entry and the suffix of the first limit its union was
+reached at (``"nothing_plus:wide"``)."""
 
 LAYOUT = frozenset({"reshape", "transpose", "broadcast_in_dim", "squeeze", "expand_dims",
                     "convert_element_type", "copy", "copy_p"})
@@ -103,11 +108,6 @@ def equation_key(prim: Any, avals: Any) -> Key:
 def _key_of(eqn: Any) -> Key:
     """:func:`equation_key` of a jaxpr equation."""
     return equation_key(eqn.primitive, [v.aval for v in eqn.invars])
-
-
-BASES = ("dots", "dots_no_batch", "nothing")
-"""What a searched policy keeps besides its keys: every matmul output (``dots_saveable``),
-those without batch dimensions (``dots_with_no_batch_dims_saveable``) or nothing."""
 
 
 @dataclasses.dataclass(frozen=True)
