@@ -17,7 +17,7 @@ from jaxremat.sequence import searched
 from jaxremat.sequence.apply import apply_plan
 from jaxremat.sequence.policies import check_policies, menu_for
 from jaxremat.sequence.profile import profile_sequence
-from jaxremat.sequence.searched import DotsPlus, candidates, equation_key, search
+from jaxremat.sequence.searched import SearchedPolicy, candidates, equation_key, search
 from jaxremat.trees import tree_bytes
 from solver import Checkpoint, Layer
 
@@ -30,7 +30,7 @@ PLUS = ("dots", "dots_plus")
 def found_policy(name):
     layer, p, x = blocks.case(name)
     found = search(layer, p, x, jax.make_jaxpr(layer)(p, x), tree_bytes(x))
-    return (found[0] if found else None), (layer, p, x)
+    return (found[0][1] if found else None), (layer, p, x)
 
 
 def test_check_policies_takes_the_name():
@@ -39,8 +39,8 @@ def test_check_policies_takes_the_name():
         check_policies(("dots_pluss",))
 
 
-def test_policy_keeps_the_dots_and_the_chosen_equations_only():
-    policy = DotsPlus(frozenset({equation_key(jax.lax.exp_p, [jax.ShapeDtypeStruct((2, 3),
+def test_policy_keeps_its_base_and_the_chosen_equations_only():
+    policy = SearchedPolicy(frozenset({equation_key(jax.lax.exp_p, [jax.ShapeDtypeStruct((2, 3),
                                                                                    jnp.float32)])}))
     f32 = jax.ShapeDtypeStruct((2, 3), jnp.float32)
     assert policy(jax.lax.exp_p, f32)
@@ -49,7 +49,21 @@ def test_policy_keeps_the_dots_and_the_chosen_equations_only():
     a, b = jax.ShapeDtypeStruct((2, 3), jnp.float32), jax.ShapeDtypeStruct((3, 4), jnp.float32)
     assert policy(jax.lax.dot_general_p, a, b,
                   dimension_numbers=(((1,), (0,)), ((), ())))
-    assert hash(policy) == hash(DotsPlus(policy.keys)) and policy == DotsPlus(policy.keys)
+    assert hash(policy) == hash(SearchedPolicy(policy.keys)) and policy == SearchedPolicy(policy.keys)
+    # over "nothing" a matmul is kept only by its key, over "dots_no_batch" not with a batch
+    lean = SearchedPolicy(policy.keys, "nothing")
+    assert lean(jax.lax.exp_p, f32)
+    assert not lean(jax.lax.dot_general_p, a, b, dimension_numbers=(((1,), (0,)), ((), ())))
+    assert SearchedPolicy(frozenset({equation_key(jax.lax.dot_general_p, [a, b])}), "nothing")(
+        jax.lax.dot_general_p, a, b, dimension_numbers=(((1,), (0,)), ((), ())))
+    batched = jax.ShapeDtypeStruct((5, 2, 3), jnp.float32), jax.ShapeDtypeStruct((5, 3, 4),
+                                                                                 jnp.float32)
+    numbers = (((2,), (1,)), ((0,), (0,)))
+    assert SearchedPolicy(frozenset())(jax.lax.dot_general_p, *batched, dimension_numbers=numbers)
+    assert not SearchedPolicy(frozenset(), "dots_no_batch")(jax.lax.dot_general_p, *batched,
+                                                            dimension_numbers=numbers)
+    with pytest.raises(ValueError, match="'dots', 'dots_no_batch', 'nothing'"):
+        SearchedPolicy(frozenset(), "dots_only")
 
 
 def test_attention_keeps_the_softmax_not_the_scores_for_fewer_flops_at_the_same_tape():
@@ -58,7 +72,7 @@ def test_attention_keeps_the_softmax_not_the_scores_for_fewer_flops_at_the_same_
     # the softmax's exp has the scores' shape: kept instead of them, its chain is not redone
     names = {key[0] for key in policy.keys}
     assert "exp" in names
-    dots_tape, dots_flops = searched._measure(layer, p, x, DotsPlus(frozenset()))
+    dots_tape, dots_flops = searched._measure(layer, p, x, SearchedPolicy(frozenset()))
     tape, flops = searched._measure(layer, p, x, policy)
     assert flops < dots_flops
     assert tape <= dots_tape * (1 + searched.SLACKS[0])
@@ -68,7 +82,48 @@ def test_attention_keeps_the_softmax_not_the_scores_for_fewer_flops_at_the_same_
     assert not any(key[0] in searched.LAYOUT for key in found)
     assert not any(key[0] == "dot_general" for key in found)
     for key in policy.keys:
-        assert searched._measure(layer, p, x, DotsPlus(policy.keys - {key}))[1] > flops
+        assert searched._measure(layer, p, x, SearchedPolicy(policy.keys - {key}))[1] > flops
+
+
+def test_over_nothing_the_options_lie_between_the_input_and_dots_no_batch():
+    layer, p, x = blocks.case("attention")
+    jaxpr = jax.make_jaxpr(layer)(p, x)
+    # over "nothing" the matmuls are candidates too, their outputs being what it lacks
+    assert any(key[0] == "dot_general" for key in candidates(jaxpr, tree_bytes(x), "nothing"))
+    named = search(layer, p, x, jaxpr, tree_bytes(x), "nothing")
+    found = [policy for _, policy in named]
+    assert found and all(policy.base == "nothing" for policy in found)
+    # named by the first limit each is the cheapest within, distinct, narrowest first
+    suffixes = [suffix for suffix, _ in named]
+    assert suffixes == sorted(set(suffixes), key=searched.SUFFIXES.index)
+    measure = lambda policy: searched._measure(layer, p, x, policy)  # noqa: E731
+    low_tape, low_flops = measure(SearchedPolicy(frozenset(), "nothing"))
+    top_tape, _ = measure(SearchedPolicy(frozenset(), "dots_no_batch"))
+    measured = [measure(policy) for policy in found]
+    limit = low_tape + searched.LEAN_SHARES[-1] * (top_tape - low_tape)
+    assert all(low_tape < tape <= limit and flops < low_flops for tape, flops in measured)
+    # a wider option (more tape) is one that recomputes less
+    assert measured == sorted(measured, key=lambda m: (m[0], -m[1]))
+    assert all(a[1] > b[1] for a, b in zip(measured, measured[1:]))
+    # and its gradients are plain autodiff's
+    want = jax.grad(lambda p, x: jnp.sum(layer(p, x) ** 2), argnums=(0, 1))(p, x)
+    for policy in found:
+        checked = jax.checkpoint(layer, policy=policy)
+        got = jax.grad(lambda p, x: jnp.sum(checked(p, x) ** 2), argnums=(0, 1))(p, x)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            assert jnp.allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_each_limit_gets_its_own_greedy_union(monkeypatch):
+    """A knapsack's greedy per capacity: the narrowest limit is filled with what fits it
+    (here B and C), not left empty because the best value per byte (A) is too wide for it;
+    A joins at the first limit it fits."""
+    tapes, savings = {"A": 15, "B": 5, "C": 5}, {"A": 30, "B": 9, "C": 8}
+    monkeypatch.setattr(searched, "_measure", lambda layer, p, x, policy: (
+        sum(tapes[k] for k in policy.keys), 100 - sum(savings[k] for k in policy.keys)))
+    monkeypatch.setattr(searched, "_limits", lambda *args: [10, 20, 30])
+    found = searched._greedy(None, None, None, ("A", "B", "C"), "nothing")
+    assert found == ((0, (1, 2)), (2, (0, 1, 2)))
 
 
 def test_the_profile_gets_the_option_cheaper_than_dots():
@@ -77,13 +132,15 @@ def test_the_profile_gets_the_option_cheaper_than_dots():
     options = {o.name: o for o in found.options}
     assert {"dots", "dots_plus"} <= set(options)
     assert set(options) <= {"dots", "dots_plus", "dots_plus:wide", "dots_no_batch_plus",
-                            "dots_no_batch_plus:wide"}
+                            "dots_no_batch_plus:wide", "nothing_plus", "nothing_plus:wide",
+                            "nothing_plus:wider"}
     dots, plus = options["dots"], options["dots_plus"]
     assert plus.bwd_flops < dots.bwd_flops
     assert plus.tape_bytes <= dots.tape_bytes * (1 + searched.SLACKS[0])
     # the second search keeps what dots_with_no_batch_dims_saveable keeps, plus its keys
-    for policy in search(layer, p, x, jax.make_jaxpr(layer)(p, x), tree_bytes(x), no_batch=True):
-        assert policy.no_batch
+    for _, policy in search(layer, p, x, jax.make_jaxpr(layer)(p, x), tree_bytes(x),
+                            "dots_no_batch"):
+        assert policy.base == "dots_no_batch"
 
 
 def test_layer_without_dots_gets_no_option_and_says_why():
@@ -106,9 +163,11 @@ def test_a_later_shape_of_the_same_program_reuses_the_choice(monkeypatch):
     later = search(layer, p, wider, jax.make_jaxpr(layer)(p, wider), tree_bytes(wider))
     assert calls == []
     assert len(later) == len(first)
-    assert {k[0] for k in later[0].keys} == {k[0] for k in first[0].keys}
-    assert later[0].keys != first[0].keys  # mapped to the new shapes
-    batch_16 = [key for key in later[0].keys if key[0] == "exp"]
+    assert [suffix for suffix, _ in later] == [suffix for suffix, _ in first]
+    later, first = later[0][1], first[0][1]
+    assert {k[0] for k in later.keys} == {k[0] for k in first.keys}
+    assert later.keys != first.keys  # mapped to the new shapes
+    batch_16 = [key for key in later.keys if key[0] == "exp"]
     assert batch_16 and batch_16[0][1][0][0][0] == 16
 
 

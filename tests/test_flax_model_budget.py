@@ -257,3 +257,25 @@ def test_at_the_memory_of_a_uniform_policy_the_fit_costs_no_more_flops(policy):
     assert jaxremat.flax.activation_memory(model, loss_fn, *batch) <= memory
     assert _flops(model, loss_fn, *batch) <= _flops(uniform, loss_fn, *batch) * (1 + 1e-6)
     assert plan.scope.measured <= memory
+
+
+def test_the_fit_fills_the_room_the_bisection_leaves():
+    """The bisection stops within 1% of the blocks' peak; the fit then probes the room the
+    measured step leaves below the budget: with the step around the blocks constant (here
+    50 kB) it lands on the largest blocks' budget that fits, to the byte."""
+    top, least, around, budget = 1_000_000, 200_000, 50_000, 587_654
+
+    class Probed:  # what the search reads of a plan: its budget, peak and predicted time
+        def __init__(self, blocks):
+            self.budget, self.no_remat_peak = blocks, top
+            self.predicted_time = 2.0 - (blocks - least) / (top - least)
+
+    def measured(choice):
+        named = {model_scope.NO_REMAT: top, model_scope.LEAST: least}
+        blocks = named.get(choice["budget"], choice["budget"])
+        return blocks + around, {"plan": Probed(blocks)}
+
+    choice, note, plan = model_scope._search(measured, budget, method="rotor", batch=1,
+                                             step="loss_fn(model, *batch)")
+    assert choice == {"budget": budget - around, "method": "rotor"}
+    assert note.measured == budget and plan.budget == budget - around

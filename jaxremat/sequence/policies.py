@@ -20,11 +20,13 @@ into the per-layer menu of such options:
   convolution outputs whose contraction ``K`` is at least a threshold" (options
   ``"dots_ranked:>=K"``), the thresholds read from the layer's jaxpr: outputs ranked by
   recompute flops per kept byte (:mod:`jaxremat.sequence.ranked`, issue 17.6);
-* ``"dots_plus"`` (opt-in): per layer, up to four policies: ``dots_saveable`` or
-  ``dots_with_no_batch_dims_saveable`` and the values a measured greedy search finds make
-  it cheaper at about the same tape (options ``"dots_plus"``, ``"dots_plus:wide"``,
-  ``"dots_no_batch_plus"``, ``"dots_no_batch_plus:wide"``:
-  :mod:`jaxremat.sequence.searched`, issue 17.6);
+* ``"dots_plus"`` (opt-in): per layer, up to seven policies found by a measured greedy
+  search: ``dots_saveable`` or ``dots_with_no_batch_dims_saveable`` and the values that
+  make it cheaper at about the same tape (options ``"dots_plus"``, ``"dots_plus:wide"``,
+  ``"dots_no_batch_plus"``, ``"dots_no_batch_plus:wide"``), and the values worth most
+  recomputation per byte within a third, two thirds and all of the tape of
+  ``dots_with_no_batch_dims_saveable`` (``"nothing_plus"``, ``":wide"``, ``":wider"``):
+  :mod:`jaxremat.sequence.searched`, issue 17.6;
 * ``"offload_dots_no_batch"``: ``offload_dot_with_no_batch_dims`` to ``pinned_host``
   (those matmul outputs kept in host memory instead of on the device);
 * ``"offload_names"``: ``save_and_offload_only_these_names`` with the marked names
@@ -213,18 +215,19 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
     return tuple(options)
 
 
-_NO_PLUS = "no value kept beside the matmul outputs lowered the layer's recomputation"
+_NO_PLUS = ("no value kept beside the matmul outputs, or in place of them, lowered the layer's "
+            "recomputation")
 
 
 def _plus_options(layer: Callable, p: Any, x: Any, jaxpr: Any) -> list[PolicyOption]:
     """The ``"dots_plus"`` options of ``layer(p, x)`` (:func:`jaxremat.sequence.searched.search`
-    over ``dots_saveable``, then over ``dots_with_no_batch_dims_saveable``): per base the
-    narrow one, then the wide one (``":wide"``)."""
+    over ``dots_saveable``, ``dots_with_no_batch_dims_saveable`` and ``nothing_saveable``):
+    per base the narrowest first (names: :data:`jaxremat.sequence.searched.SUFFIXES`)."""
     options = []
-    for no_batch, name in ((False, SEARCHED), (True, "dots_no_batch_plus")):
-        found = search(layer, p, x, jaxpr, tree_bytes(x), no_batch=no_batch)
-        options += [PolicyOption(name + (":wide" if k else ""), policy)
-                    for k, policy in enumerate(found)]
+    for base, name in (("dots", SEARCHED), ("dots_no_batch", "dots_no_batch_plus"),
+                       ("nothing", "nothing_plus")):
+        options += [PolicyOption(name + suffix, policy)
+                    for suffix, policy in search(layer, p, x, jaxpr, tree_bytes(x), base)]
     return options
 
 

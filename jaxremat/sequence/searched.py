@@ -12,27 +12,38 @@ Which values pay is a layer's own question, so this module answers it by measure
 Rockmate derives a block's options from its own graph (Zhao et al., "Rockmate: an Efficient,
 Fast, Automatic and Generic Tool for Re-materialization in PyTorch", ICML 2023):
 
-The search runs twice per layer, over ``dots_saveable`` and over
-``dots_with_no_batch_dims_saveable`` (the *base*):
+The search runs three times per layer, over each *base* (:data:`BASES`):
+``dots_saveable``, ``dots_with_no_batch_dims_saveable`` and ``nothing_saveable``. Over the
+last it fills the gap between keeping a layer's input and keeping its matmuls, where a
+tight budget lands (what MaxText's hand-written ``save_qkv_proj`` or
+``save_dot_except_mlp`` aim at): which matmul outputs and epilogues save the most
+recomputation per byte is measured, not assumed.
 
-1. The candidates are the layer's equations (nested ones too; no matmul, convolution,
-   call or layout change, :data:`LAYOUT`), grouped by what a policy sees of them, their primitive and operand shapes and
-   dtypes (:func:`equation_key`), that either produce as many elements as some matmul's
-   output (an epilogue's value) or at most 1/8 of the layer's input bytes (a statistic).
+1. The candidates are the layer's equations (nested ones too; no call or layout change,
+   :data:`LAYOUT`; over a dots base no matmul or convolution either, over ``"nothing"``
+   those first), grouped by what a policy sees of them, their primitive and operand
+   shapes and dtypes (:func:`equation_key`), that either produce as many elements as some
+   matmul's output (an epilogue's value) or at most 1/8 of the layer's input bytes (a
+   statistic).
 2. Each candidate is measured on its own beside the base: the tape bytes and the flops of
    the vjp's forward and pullback (counted on their jaxprs,
    :func:`jaxremat.measure.costs.count_jaxpr`) of ``jax.checkpoint(layer, policy)``.
 3. Those that lower the flops are added greedily, those that cost no tape bytes first and
    then by flops saved per byte, each kept only if the measured union still lowers the
-   flops and its tape stays within 1/4 above the base's. The options are the cheapest
-   unions seen within 1/16 and within 1/4 above the base's tape (:data:`SLACKS`).
+   flops and its tape stays within the limit at hand: the narrowest first, then each
+   wider one, where the candidates too wide for the last are tried again (a knapsack's
+   greedy per capacity, the unions nested). The options are the unions reached within
+   each limit: over a dots base 1/16 and 1/4 above its tape (:data:`SLACKS`), over
+   ``"nothing"`` 1/3, 2/3 and all of the way from its tape to
+   ``dots_with_no_batch_dims_saveable``'s (:data:`LEAN_SHARES`).
 
-The options (:class:`DotsPlus`; named ``"dots_plus"``, ``"dots_plus:wide"``,
-``"dots_no_batch_plus"``, ``"dots_no_batch_plus:wide"``) are then measured by the profile
-like any other option, and the DP decides what each is worth. The search costs one trace per
-candidate and step (about 0.04 s each; 1-2 s per base for a transformer block) at a layer's
-first shape; a later shape of the same program (same primitives, ranks and dtypes) maps the
-chosen equations to its own shapes without searching again. Opt-in
+The options (:class:`SearchedPolicy`; named ``"dots_plus"``, ``"dots_no_batch_plus"`` and
+``"nothing_plus"`` after their base, with the suffix of their limit, :data:`SUFFIXES`) are
+then measured by the profile like any other option, and the DP decides what each is worth.
+The search costs one trace per candidate and step (about 0.04 s each; 1-2 s per base for a
+transformer block) at a layer's first shape; a later shape of the same program (same
+primitives, ranks and dtypes) maps the chosen equations to its own shapes without searching
+again. Opt-in
 (``policies=(..., "dots_plus")``), as ``"dots_ranked"`` is: it multiplies a first profile's
 time.
 """
@@ -52,14 +63,27 @@ from ..measure.trace import trace_layer
 from ..trees import aval_nbytes
 from .ranked import contraction
 
-__all__ = ["LAYOUT", "SEARCHED", "SLACKS", "DotsPlus", "candidates", "equation_key", "search"]
+__all__ = ["BASES", "LAYOUT", "LEAN_SHARES", "SEARCHED", "SLACKS", "SUFFIXES", "SearchedPolicy",
+           "candidates", "equation_key", "search"]
 
 SEARCHED = "dots_plus"
 """The menu entry of this module."""
 
+BASES = ("dots", "dots_no_batch", "nothing")
+"""What a searched policy keeps besides its keys: every matmul output (``dots_saveable``),
+those without batch dimensions (``dots_with_no_batch_dims_saveable``) or nothing."""
+
 SLACKS = (1 / 16, 1 / 4)
-"""A layer gets the cheapest union whose tape exceeds the base policy's by at most each of
-these shares (one option per distinct union)."""
+"""Over a dots base, a layer gets the greedy union whose tape exceeds the base policy's by at
+most each of these shares (one option per distinct union)."""
+
+LEAN_SHARES = (1 / 3, 2 / 3, 1)
+"""Over ``"nothing"``, a layer gets the greedy union whose tape lies at most each of these
+shares of the way from the layer's input to ``dots_with_no_batch_dims_saveable``'s tape."""
+
+SUFFIXES = ("", ":wide", ":wider")
+"""An option's name is its base's entry and the suffix of the first limit its union was
+reached at (``"nothing_plus:wide"``)."""
 
 LAYOUT = frozenset({"reshape", "transpose", "broadcast_in_dim", "squeeze", "expand_dims",
                     "convert_element_type", "copy", "copy_p"})
@@ -87,19 +111,23 @@ def _key_of(eqn: Any) -> Key:
 
 
 @dataclasses.dataclass(frozen=True)
-class DotsPlus:
-    """The ``jax.checkpoint`` policy keeping what ``dots_saveable`` keeps (with ``no_batch``:
-    what ``dots_with_no_batch_dims_saveable`` keeps) and the outputs of the equations with
-    an :func:`equation_key` in ``keys``. Frozen: equal policies compare
-    and hash equal, as ``jax.checkpoint`` needs of a static argument."""
+class SearchedPolicy:
+    """The ``jax.checkpoint`` policy keeping what its ``base`` keeps (:data:`BASES`) and the
+    outputs of the equations with an :func:`equation_key` in ``keys``. Frozen: equal policies
+    compare and hash equal, as ``jax.checkpoint`` needs of a static argument."""
 
     keys: frozenset
-    no_batch: bool = False
+    base: str = "dots"
+
+    def __post_init__(self) -> None:
+        if self.base not in BASES:
+            raise ValueError(f"SearchedPolicy.base must be one of {BASES}, got {self.base!r}.")
 
     def __call__(self, prim: Any, *avals: Any, **params: Any) -> bool:
-        found = contraction(prim, *avals, **params)
-        if found is not None and not (self.no_batch and found[1]):
-            return True
+        if self.base != "nothing":
+            found = contraction(prim, *avals, **params)
+            if found is not None and not (self.base == "dots_no_batch" and found[1]):
+                return True
         return equation_key(prim, avals) in self.keys
 
 
@@ -119,16 +147,19 @@ def _structure(jaxpr: Jaxpr) -> tuple:
                  for e in _equations(jaxpr))
 
 
-def candidates(jaxpr: ClosedJaxpr | Jaxpr, input_bytes: int) -> tuple[Key, ...]:
-    """The keys worth trying beside ``dots_saveable`` (module docstring, step 1), once
-    each, in program order."""
+def candidates(jaxpr: ClosedJaxpr | Jaxpr, input_bytes: int, base: str = "dots"
+               ) -> tuple[Key, ...]:
+    """The keys worth trying beside ``base`` (module docstring, step 1), once each, in
+    program order; over ``"nothing"`` the matmuls' own keys come first."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     eqns = list(_equations(jaxpr))
     dot_sizes = set()
+    found: dict[Key, None] = {}
     for eqn in eqns:
         if contraction(eqn.primitive, *(v.aval for v in eqn.invars), **eqn.params) is not None:
             dot_sizes.add(int(getattr(eqn.outvars[0].aval, "size", 0)))
-    found: dict[Key, None] = {}
+            if base == "nothing":
+                found.setdefault(_key_of(eqn), None)
     for eqn in eqns:
         if sub_jaxprs(eqn) or len(eqn.outvars) != 1 or eqn.primitive.name in LAYOUT:
             continue
@@ -142,63 +173,79 @@ def candidates(jaxpr: ClosedJaxpr | Jaxpr, input_bytes: int) -> tuple[Key, ...]:
     return tuple(found)
 
 
-def _measure(layer: Callable, p: Any, x: Any, policy: DotsPlus) -> tuple[int, float]:
+def _measure(layer: Callable, p: Any, x: Any, policy: SearchedPolicy) -> tuple[int, float]:
     """``(tape bytes, flops of the vjp's forward and pullback)`` of the layer under
     ``policy``."""
     traced = trace_layer(jax.checkpoint(layer, policy=policy, prevent_cse=True), p, x, 0)
     return traced.tape_bytes, count_jaxpr(traced.forward)[0] + count_jaxpr(traced.backward)[0]
 
 
-def _greedy(layer: Callable, p: Any, x: Any, keys: tuple[Key, ...], no_batch: bool
-            ) -> tuple[tuple[int, ...], ...]:
-    """The positions in ``keys`` of the unions the greedy search keeps (module docstring):
-    the cheapest within each of :data:`SLACKS` above the base policy's tape, distinct ones
-    only, smallest slack first."""
-    tape, flops = _measure(layer, p, x, DotsPlus(frozenset(), no_batch))
-    limits = [tape * (1 + slack) for slack in SLACKS]
+def _limits(layer: Callable, p: Any, x: Any, base: str, tape: int) -> list[float]:
+    """The tape bytes each option of ``base`` may reach (module docstring, step 3): over a
+    dots base :data:`SLACKS` above its tape; over ``"nothing"`` :data:`LEAN_SHARES` of the way
+    from its tape to ``dots_with_no_batch_dims_saveable``'s (none where that is no larger)."""
+    if base != "nothing":
+        return [tape * (1 + slack) for slack in SLACKS]
+    top = _measure(layer, p, x, SearchedPolicy(frozenset(), "dots_no_batch"))[0]
+    return [tape + share * (top - tape) for share in LEAN_SHARES] if top > tape else []
+
+
+def _greedy(layer: Callable, p: Any, x: Any, keys: tuple[Key, ...], base: str
+            ) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """``(limit, positions in keys)`` of the unions the greedy search keeps (module
+    docstring): the union reached within each of :func:`_limits`, narrowest first, distinct
+    ones only, each with the first limit it was reached at."""
+    tape, flops = _measure(layer, p, x, SearchedPolicy(frozenset(), base))
+    limits = _limits(layer, p, x, base, tape)
+    if not limits:
+        return ()
     gains = []
     for position, key in enumerate(keys):
-        one_tape, one_flops = _measure(layer, p, x, DotsPlus(frozenset({key}), no_batch))
+        one_tape, one_flops = _measure(layer, p, x, SearchedPolicy(frozenset({key}), base))
         if one_flops < flops and one_tape <= limits[-1]:
             extra = one_tape - tape
             gains.append((extra > 0, -(flops - one_flops) / max(extra, 1), position))
+    pending = [position for _, _, position in sorted(gains)]
     chosen: list[int] = []
-    best = [((), flops) for _ in limits]  # per limit: the cheapest union within it
     least = flops
-    for _, _, position in sorted(gains):
-        trial = frozenset(keys[k] for k in chosen + [position])
-        trial_tape, trial_flops = _measure(layer, p, x, DotsPlus(trial, no_batch))
-        if trial_flops < least and trial_tape <= limits[-1]:
-            chosen.append(position)
-            least = trial_flops
-            for level, limit in enumerate(limits):
-                if trial_tape <= limit and trial_flops < best[level][1]:
-                    best[level] = (tuple(sorted(chosen)), trial_flops)
-    found: list[tuple[int, ...]] = []
-    for union, _ in best:
-        if union and union not in found:
-            found.append(union)
-    return tuple(found)
+    found: dict[tuple[int, ...], int] = {}
+    for level, limit in enumerate(limits):
+        too_wide = []  # tried again under the next, wider limit
+        for position in pending:
+            trial = frozenset(keys[k] for k in chosen + [position])
+            trial_tape, trial_flops = _measure(layer, p, x, SearchedPolicy(trial, base))
+            if trial_tape > limit:
+                too_wide.append(position)
+            elif trial_flops < least:
+                chosen.append(position)
+                least = trial_flops
+        pending = too_wide
+        if chosen:
+            found.setdefault(tuple(sorted(chosen)), level)
+    return tuple((level, union) for union, level in found.items())
 
 
 def search(layer: Callable, p: Any, x: Any, jaxpr: ClosedJaxpr, input_bytes: int,
-           no_batch: bool = False) -> tuple[DotsPlus, ...]:
-    """The ``"dots_plus"`` policies of ``layer(p, x)`` (module docstring) over
-    ``dots_saveable``, or over ``dots_with_no_batch_dims_saveable`` with ``no_batch``;
-    ``jaxpr``: ``jax.make_jaxpr(layer)(p, x)``. Empty when no candidate lowers the flops.
+           base: str = "dots") -> tuple[tuple[str, SearchedPolicy], ...]:
+    """``(suffix, policy)`` for the searched policies of ``layer(p, x)`` over ``base``
+    (:data:`BASES`, :data:`SUFFIXES`; module docstring); ``jaxpr``:
+    ``jax.make_jaxpr(layer)(p, x)``. Empty when no candidate lowers the flops within the
+    limits.
 
     The choice is remembered per program structure as the positions of the chosen
     equations, so a later shape (whose candidates may differ: which sizes coincide with a
     matmul's depends on the shapes) takes the same equations at its own shapes."""
+    if base not in BASES:
+        raise ValueError(f"search's base must be one of {BASES}, got {base!r}.")
     eqns = list(_equations(getattr(jaxpr, "jaxpr", jaxpr)))
-    memo_key = (_structure(getattr(jaxpr, "jaxpr", jaxpr)), no_batch)
+    memo_key = (_structure(getattr(jaxpr, "jaxpr", jaxpr)), base)
     chosen = _CHOSEN.get(memo_key)
     if chosen is None:
-        keys = candidates(jaxpr, input_bytes)
-        unions = _greedy(layer, p, x, keys, no_batch) if keys else ()
-        chosen = tuple(tuple(i for i, e in enumerate(eqns)
-                             if not sub_jaxprs(e) and _key_of(e) in {keys[k] for k in union})
-                       for union in unions)
+        keys = candidates(jaxpr, input_bytes, base)
+        unions = _greedy(layer, p, x, keys, base) if keys else ()
+        chosen = tuple((level, tuple(i for i, e in enumerate(eqns) if not sub_jaxprs(e)
+                                     and _key_of(e) in {keys[k] for k in union}))
+                       for level, union in unions)
         _CHOSEN.put(memo_key, chosen)
-    return tuple(DotsPlus(frozenset(_key_of(eqns[i]) for i in union), no_batch)
-                 for union in chosen)
+    return tuple((SUFFIXES[level], SearchedPolicy(frozenset(_key_of(eqns[i]) for i in union), base))
+                 for level, union in chosen)
