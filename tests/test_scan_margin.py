@@ -258,3 +258,21 @@ def test_split_top_level_counts_its_gradient_chunks_by_phase(sizes):
     for option in range(options):
         predicted, measured = check(NestedScan(sizes, option))
         assert measured <= predicted <= 1.4 * measured, (option, measured, predicted)
+
+
+@pytest.mark.parametrize("L, unroll, sizes", [(8, 0, (4, 2)), (16, 2, (8, 4))])
+def test_scanned_stored_runs_take_their_terms_by_op(L, unroll, sizes):
+    """Two levels whose inner runs are scans of stored layers (``j > unroll``): loop_margin
+    adds each run's loop terms at that run's ops after the loss (its stacked tapes and
+    carries, at its ``B`` ops its gradient rows) and the segment's split parameters once.
+    An upper bound within three activations of the meter, every option, on both JAX
+    versions. Before, two activations per level, one tape and the split parameters twice
+    on the whole peak: 12416 B over under dots_saveable (``4 > 2``), 19968 B over with
+    whole tapes (``8 > 4``), JAX 0.10.2."""
+    params, x = mlp_stack(L)
+    options, check = _predict_and_measure(mlp_block, params, x, unroll=unroll)
+    assert options >= 2
+    activation = x.size * x.dtype.itemsize
+    for option in range(options):
+        predicted, measured = check(NestedScan(sizes, option))
+        assert measured <= predicted <= measured + 3 * activation, (option, measured, predicted)

@@ -26,7 +26,8 @@ from solver import Chain, OpKind, apply_op, initial_state
 
 from .members import NestedScan, body_items, pieces, reshaped, runs, skeleton, solver_plan
 
-__all__ = ["is_homogeneous", "simulate_member", "phase_peaks", "unrolled_peak"]
+__all__ = ["is_homogeneous", "simulate_member", "phase_peaks", "unrolled_peak",
+           "scanned_runs_peak"]
 
 
 def is_homogeneous(chain: Chain) -> bool:
@@ -316,3 +317,42 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
         after_loss = after_loss or kind is OpKind.LOSS
         grads_peak = max(grads_peak, candidate)
     return float(peak), float(grads_peak)
+
+
+def scanned_runs_peak(chain: Chain, member: NestedScan, param_bytes: float, tape: float,
+                      common: float) -> tuple[float, float, float]:
+    """``(peak, runs, other)``: the chain's peak of ``member`` (two levels ``(k, j)``, its
+    innermost runs scans of stored layers, none of its levels a scan of checkpointed
+    pieces: :func:`jaxremat.scan.family.loop_margin`), the largest candidate of the ops of
+    those runs after the loss with what their loops hold beside the chain, and the largest
+    candidate of the other ops. A run of ``n`` layers allocates its ``n`` stacked tapes and
+    its final carry before its forward loop's body, and keeps the stacked tapes to the end
+    of its backward loop, whose gradient rows (``n`` layers' parameters) and final carry
+    are allocated before its body: at its ``i``-th ``F_all`` (from 0) ``n - i`` tapes and
+    ``x`` beyond the chain, at its ``B`` op with ``r`` of its layers' ``B`` done ``r + 1``
+    tapes (the body reads its tape as a slice, live to the loop's end, as in the plain
+    scan's backward), ``x`` and ``n`` layers' parameters; each op adds ``common`` (what
+    the caller counts for every phase) and, in a checkpointed piece, its input stored
+    again (``x``)."""
+    L = chain.length
+    where = {}
+    for start, n, checkpointed, _ in _runs_below(L, tuple(k for k in member.sizes if k < L)):
+        for layer in range(start, start + n):
+            where[layer] = (start, n, checkpointed)
+    x = float(chain.x_size[0])
+    peak = other = runs = initial_state(chain).memory
+    after_loss = False
+    for op, candidate in _candidates(chain, member):
+        peak = max(peak, candidate)
+        kind = op[0]
+        if after_loss and kind in (OpKind.F_ALL, OpKind.B):
+            start, n, checkpointed = where[op[1]]
+            if kind is OpKind.F_ALL:
+                candidate += (start + n - op[1]) * tape + x
+            else:
+                candidate += (start + n - op[1]) * tape + x + n * param_bytes
+            runs = max(runs, candidate + common + (x if checkpointed else 0.0))
+        else:
+            other = max(other, candidate)
+        after_loss = after_loss or kind is OpKind.LOSS
+    return float(peak), float(runs), float(other)
