@@ -287,9 +287,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         if not reshaped(L, sizes):  # the split pieces once, their gradients by phase
             split -= L * param_bytes
         if floor:  # the terms every phase holds: the chain's peak is one of the phases'
-            return x + sizes[0] * param_bytes + split
+            replaced = len(sizes) == 2 and not reshaped(L, sizes)  # (unrolled_peak)
+            return x + (0.0 if replaced else sizes[0] * param_bytes) + split
         peak, grads = unrolled_peak(chain, member, param_bytes)
-        return grads - peak + x + sizes[0] * param_bytes + split
+        return grads - peak + x + split
     loops = 2 * x * len(sizes)
     whole_tape = tape
     if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop inside the last
