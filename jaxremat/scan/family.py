@@ -235,9 +235,11 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     them (``lax.split``) and the meter counts the pieces and the gradient pieces before
     their concatenation: twice the parameters it cuts (all ``L`` layers at the top level,
     a segment's below it; for the unrolled pieces taken by phase, the top level's pieces
-    once and, at each ``B`` op, the gradient chunks then held,
-    :func:`jaxremat.scan.simulate.unrolled_peak`: GPT-2 ``6 > 2`` at L = 8, unroll 2,
-    0.63 -> 0.81 of the meter). Under a policy (option >= 1) with at least one level, one
+    once, each layer holding its parameter piece or, once its chunk's backward ran, its
+    gradient chunk, and only in a scan of equal top segments its stacked gradients and its
+    segment's split pieces beside them, :func:`jaxremat.scan.simulate.unrolled_peak`:
+    GPT-2 ``6 > 2`` at L = 8, unroll 2, 0.63 -> 0.81 (branch scanpeak) -> 0.98 (branch
+    scanpeak2) of the meter). Under a policy (option >= 1) with at least one level, one
     parameter leaf more (the largest): the meter found up to one leaf more than the rest
     of the margin (one weight matrix for ``k > 1`` with ``k`` a scan of one-layer pieces;
     the residual MLP block, ``tests/test_scan_margin.py``). An upper bound on every member
