@@ -305,8 +305,8 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         return whole
     # by op (docstring): the split pieces once, the runs' loops where they run
     common = 3 * x + sizes[0] * param_bytes + (leaf if member.option else 0.0)
-    if floor:  # what every run's op holds, or the whole-peak terms
-        return min(whole, common)
+    if floor:  # where the chain peaks: at a run's op (one tape, x at least) or elsewhere
+        return min(whole, whole_tape + x + common)
     peak, in_runs, other = scanned_runs_peak(chain, member, param_bytes, whole_tape, common)
     return min(whole, max(in_runs, other + whole) - peak)
 
