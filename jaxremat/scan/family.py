@@ -219,8 +219,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
       within 512 B of the meter on the MLP block, whole tape, on JAX 0.10.2 and 0.12
       (0.96 and 0.92 before, the pieces' loop taken on the whole peak as two activations
       and the split parameters twice). ``loop_margin(..., floor=True)`` is what every
-      phase holds (``x``, the ``k`` layers' parameters, the split): a lower bound the
-      search prunes with without simulating (:func:`choose`'s ``margin_floor``).
+      phase holds (``x``, the split, and the ``k`` layers' parameters but for two levels
+      below a top level that splits them): a lower bound the search prunes with without
+      simulating (:func:`choose`'s ``margin_floor``; for the scanned runs below,
+      ``min(whole, tape + 4 x + k P + leaf)``).
 
     The other members, on the whole peak: per checkpointing level the segment's input (its
     residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
