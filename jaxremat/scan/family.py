@@ -78,8 +78,10 @@ import solver
 from solver import Chain, Schedule, make_schedule
 from solver.chain.options import layer_costs
 
-from .members import UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, solver_plan
-from .simulate import is_homogeneous, phase_peaks, simulate_member, unrolled_peak
+from .members import (UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, runs,
+                      solver_plan)
+from .simulate import (is_homogeneous, phase_peaks, scanned_runs_peak, simulate_member,
+                       unrolled_peak)
 
 __all__ = ["NestedScan", "pieces", "inner_sizes", "reshaped", "solver_plan", "family",
            "choose", "member_time", "chain_options", "loop_margin", "Choice", "member_schedule",
@@ -217,8 +219,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
       within 512 B of the meter on the MLP block, whole tape, on JAX 0.10.2 and 0.12
       (0.96 and 0.92 before, the pieces' loop taken on the whole peak as two activations
       and the split parameters twice). ``loop_margin(..., floor=True)`` is what every
-      phase holds (``x``, the ``k`` layers' parameters, the split): a lower bound the
-      search prunes with without simulating (:func:`choose`'s ``margin_floor``).
+      phase holds (``x``, the split, and the ``k`` layers' parameters but for two levels
+      below a top level that splits them): a lower bound the search prunes with without
+      simulating (:func:`choose`'s ``margin_floor``; for the scanned runs below,
+      ``min(whole, tape + 4 x + k P + leaf)``).
 
     The other members, on the whole peak: per checkpointing level the segment's input (its
     residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
@@ -233,9 +237,11 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     them (``lax.split``) and the meter counts the pieces and the gradient pieces before
     their concatenation: twice the parameters it cuts (all ``L`` layers at the top level,
     a segment's below it; for the unrolled pieces taken by phase, the top level's pieces
-    once and, at each ``B`` op, the gradient chunks then held,
-    :func:`jaxremat.scan.simulate.unrolled_peak`: GPT-2 ``6 > 2`` at L = 8, unroll 2,
-    0.63 -> 0.81 of the meter). Under a policy (option >= 1) with at least one level, one
+    once, each layer holding its parameter piece or, once its chunk's backward ran, its
+    gradient chunk, and only in a scan of equal top segments its stacked gradients and its
+    segment's split pieces beside them, :func:`jaxremat.scan.simulate.unrolled_peak`:
+    GPT-2 ``6 > 2`` at L = 8, unroll 2, 0.63 -> 0.81 (branch scanpeak) -> 0.98 (branch
+    scanpeak2) of the meter). Under a policy (option >= 1) with at least one level, one
     parameter leaf more (the largest): the meter found up to one leaf more than the rest
     of the margin (one weight matrix for ``k > 1`` with ``k`` a scan of one-layer pieces;
     the residual MLP block, ``tests/test_scan_margin.py``). An upper bound on every member
@@ -244,13 +250,26 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     ``unroll`` 0 and 2), but for one vector parameter's broadcast (a LayerNorm scale:
     128-512 B) on a few GPT-2 members; exact for one reshaped level of scanned runs on the
     MLP block. Not counted for these: the gradients of unrolled layers' parameter slices
-    (counted by phase for the unrolled pieces above). Below two levels with inner scans of
-    stored layers (pieces longer than ``unroll``) it is loose: the meter's peak finds part
-    of what each level adds freed (the GPT-2 block's ``4 > 2`` at ``unroll=0``: 0.86, the
-    split parameters counted twice where its peak, in the recomputation, holds them once),
-    so the least budget named is the measured peak (:meth:`RematScan._fit`), which
-    also takes any excess of the meter over the prediction off the budget and chooses
-    again."""
+    (counted by phase for the unrolled pieces above). Where the margin is loose the least
+    budget named is the measured peak (:meth:`RematScan._fit`), which also takes any excess
+    of the meter over the prediction off the budget and chooses again.
+
+    * two levels ``(k, j)`` whose inner runs are scans of stored layers (``j > unroll``),
+      under a reshaped top level and without a scan of checkpointed pieces
+      (:func:`_scanned_runs`: the GPT-2 block's ``4 > 2`` at ``unroll=0``, ``8 > 4`` at
+      unroll 2), by op (:func:`jaxremat.scan.simulate.scanned_runs_peak`): at the ops of
+      those runs after the loss their loops' terms (stacked tapes and carries; at ``B``
+      the gradient rows), plus ``3 x``, the segment's ``k`` layers' split parameters once
+      (each layer holds its piece of them or, after its piece's backward, its gradient
+      piece), the policy's leaf and, in a checkpointed piece, its input stored again; the
+      other ops keep the terms above on their own candidates; the least of that and the
+      terms above on the whole peak (both upper bounds). The meter's peak per phase
+      (benchmarks/RESULTS.md, branch scanpeak2): the runs' forwards are exact on the
+      GPT-2 block (``4 > 2``, L = 8, whole tape) and two activations over on the MLP
+      block; their backwards are over by what the layer's backward frees of its tape
+      early, which the loop body cannot (the term is one tape: 30 of the GPT-2 block's
+      41.6 activations). GPT-2 ``4 > 2`` 0.86 -> 0.92 (whole tape), 0.89 -> 0.98
+      (``dots_saveable``); MLP ``8 > 4`` 0.85 -> 0.91."""
     x = float(chain.x_size[0])
     L = chain.length
     sizes = tuple(k for k in member.sizes if k < L)
@@ -272,16 +291,36 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         if not reshaped(L, sizes):  # the split pieces once, their gradients by phase
             split -= L * param_bytes
         if floor:  # the terms every phase holds: the chain's peak is one of the phases'
-            return x + sizes[0] * param_bytes + split
+            replaced = len(sizes) == 2 and not reshaped(L, sizes)  # (unrolled_peak)
+            return x + (0.0 if replaced else sizes[0] * param_bytes) + split
         peak, grads = unrolled_peak(chain, member, param_bytes)
-        return grads - peak + x + sizes[0] * param_bytes + split
+        return grads - peak + x + split
     loops = 2 * x * len(sizes)
+    whole_tape = tape
     if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop inside the last
         tape = 0.0  # level's pieces (its loop holds one carry), each unrolled layer's
         loops += sizes[-1] * param_bytes - x  # parameter slices (copies) until its backward
     if len(sizes) > 1:
         split += 2 * sizes[0] * param_bytes
-    return tape + loops + split
+    whole = tape + loops + split
+    if not _scanned_runs(L, sizes, unroll):
+        return whole
+    # by op (docstring): the split pieces once, the runs' loops where they run
+    common = 3 * x + sizes[0] * param_bytes + (leaf if member.option else 0.0)
+    if floor:  # where the chain peaks: at a run's op (one tape, x at least) or elsewhere
+        return min(whole, whole_tape + x + common)
+    peak, in_runs, other = scanned_runs_peak(chain, member, param_bytes, whole_tape, common)
+    return min(whole, max(in_runs, other + whole) - peak)
+
+
+def _scanned_runs(length: int, sizes: tuple[int, ...], unroll: int) -> bool:
+    """Whether :func:`loop_margin` takes ``sizes`` (levels below ``length``) by op as two
+    levels ``(k, j)`` whose innermost runs are scans of stored layers (``j > unroll``):
+    a top level that reshapes the parameters, and no level running equal checkpointed
+    pieces as a ``lax.scan`` (:func:`jaxremat.scan.members.runs`)."""
+    if len(sizes) != 2 or sizes[-1] <= unroll or not reshaped(length, sizes):
+        return False
+    return all(count == 1 for _, count in runs(pieces(sizes[0], sizes[1])[:-1]))
 
 
 def _unrolled_pieces(sizes: tuple[int, ...], unroll: int) -> bool:

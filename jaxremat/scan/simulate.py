@@ -26,7 +26,8 @@ from solver import Chain, OpKind, apply_op, initial_state
 
 from .members import NestedScan, body_items, pieces, reshaped, runs, skeleton, solver_plan
 
-__all__ = ["is_homogeneous", "simulate_member", "phase_peaks", "unrolled_peak"]
+__all__ = ["is_homogeneous", "simulate_member", "phase_peaks", "unrolled_peak",
+           "scanned_runs_peak"]
 
 
 def is_homogeneous(chain: Chain) -> bool:
@@ -247,17 +248,19 @@ def _runs_below(length: int, sizes: tuple[int, ...]) -> list[tuple[int, int, boo
 
 def _chunk_gradients(length: int, sizes: tuple[int, ...]) -> list[int]:
     """Per layer, the layers whose parameter gradients a top level that splits the
-    parameters (not :func:`jaxremat.scan.members.reshaped`) holds as pieces at that
-    layer's ``B`` op, before their concatenation at the end of the backward: the chunks
-    after the layer's (their backward ran first) and, in a ``lax.scan`` of equal segments,
-    that scan's stacked gradients (allocated before its body). 0 for a reshaped top."""
+    parameters (not :func:`jaxremat.scan.members.reshaped`) holds beside their parameter
+    pieces at that layer's ``B`` op: in a ``lax.scan`` of equal segments, that scan's
+    stacked gradients (allocated before its body, while its stacked parameter rows are
+    read to its end), else none (a piece whose backward ran holds its gradient piece, to
+    the concatenation at the end, and no longer its parameter piece: one or the other,
+    which the split pieces once count). 0 for a reshaped top."""
     if reshaped(length, sizes):
         return [0] * length
     held, first = [0] * length, 0
     for part, count in runs(pieces(length, sizes[0])[:-1]):
         end = first + part * count
         for layer in range(first, end):
-            held[layer] = length - end + (part * count if count > 1 else 0)
+            held[layer] = part * count if count > 1 else 0
         first = end
     return held
 
@@ -280,8 +283,13 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
     input and the final carry (``(m + 1) x`` at most). The ops before the loss count the
     final carry of the pieces' loop in the primal (``x``) where the member has one. A top
     level that splits the parameters adds, at each ``B`` op, the gradient chunks it holds
-    then (:func:`_chunk_gradients`). :func:`jaxremat.scan.family.loop_margin` adds what
-    every phase holds."""
+    then beside their parameter pieces (:func:`_chunk_gradients`). Every op counts the
+    segment's ``k`` layers' parameters (``param_bytes`` each: slices of its unrolled
+    layers, or for two levels its split pieces), but for two levels below a top level that
+    splits the parameters the ``F_all`` and ``B`` ops after the loss outside a scan of
+    equal top segments: there a segment's split pieces replace its top-level piece,
+    freed at that split, which :func:`jaxremat.scan.family.loop_margin` counts with the
+    others (``L`` layers' parameters). ``loop_margin`` adds what every phase holds."""
     runs = _runs_below(chain.length, tuple(k for k in member.sizes if k < chain.length))
     run_of = {}
     for start, n, checkpointed, scanned in runs:
@@ -294,12 +302,16 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
     inline = L if reshaped(L, sizes) else L - pieces(L, sizes[0])[-1]
     last = member.sizes[-1]  # the length of a segment's last piece (two levels)
     chunk_grads = _chunk_gradients(L, sizes)
+    replaced = len(sizes) == 2 and not reshaped(L, sizes)  # the top piece, by the split
     peak = grads_peak = initial_state(chain).memory
     done, after_loss = 0, False
     for op, candidate in _candidates(chain, member):
         peak = max(peak, candidate)
         kind = op[0]
         n, checkpointed, scanned = run_of.get(op[1], (0, False, 0))
+        if not (replaced and after_loss and kind in (OpKind.F_ALL, OpKind.B)
+                and not chunk_grads[op[1]]):
+            candidate += sizes[0] * param_bytes  # the segment's parameters (docstring)
         if kind is OpKind.B:
             candidate += (done * n + (last if checkpointed else 0)
                           + chunk_grads[op[1]]) * param_bytes
@@ -316,3 +328,42 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
         after_loss = after_loss or kind is OpKind.LOSS
         grads_peak = max(grads_peak, candidate)
     return float(peak), float(grads_peak)
+
+
+def scanned_runs_peak(chain: Chain, member: NestedScan, param_bytes: float, tape: float,
+                      common: float) -> tuple[float, float, float]:
+    """``(peak, runs, other)``: the chain's peak of ``member`` (two levels ``(k, j)``, its
+    innermost runs scans of stored layers, none of its levels a scan of checkpointed
+    pieces: :func:`jaxremat.scan.family.loop_margin`), the largest candidate of the ops of
+    those runs after the loss with what their loops hold beside the chain, and the largest
+    candidate of the other ops. A run of ``n`` layers allocates its ``n`` stacked tapes and
+    its final carry before its forward loop's body, and keeps the stacked tapes to the end
+    of its backward loop, whose gradient rows (``n`` layers' parameters) and final carry
+    are allocated before its body: at its ``i``-th ``F_all`` (from 0) ``n - i`` tapes and
+    ``x`` beyond the chain, at its ``B`` op with ``r`` of its layers' ``B`` done ``r + 1``
+    tapes (the body reads its tape as a slice, live to the loop's end, as in the plain
+    scan's backward), ``x`` and ``n`` layers' parameters; each op adds ``common`` (what
+    the caller counts for every phase) and, in a checkpointed piece, its input stored
+    again (``x``)."""
+    L = chain.length
+    where = {}
+    for start, n, checkpointed, _ in _runs_below(L, tuple(k for k in member.sizes if k < L)):
+        for layer in range(start, start + n):
+            where[layer] = (start, n, checkpointed)
+    x = float(chain.x_size[0])
+    peak = other = runs = initial_state(chain).memory
+    after_loss = False
+    for op, candidate in _candidates(chain, member):
+        peak = max(peak, candidate)
+        kind = op[0]
+        if after_loss and kind in (OpKind.F_ALL, OpKind.B):
+            start, n, checkpointed = where[op[1]]
+            if kind is OpKind.F_ALL:
+                candidate += (start + n - op[1]) * tape + x
+            else:
+                candidate += (start + n - op[1]) * tape + x + n * param_bytes
+            runs = max(runs, candidate + common + (x if checkpointed else 0.0))
+        else:
+            other = max(other, candidate)
+        after_loss = after_loss or kind is OpKind.LOSS
+    return float(peak), float(runs), float(other)
