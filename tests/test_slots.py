@@ -13,19 +13,22 @@ import numpy as np
 import pytest
 
 import solver
+from solver.chain.refine import shrink_options
 from jaxremat import remat_sequence
 from solver import Chain
 from solver.chain.options import LayerOptions
 
 DATA = pathlib.Path(__file__).parent / "data" / "resnet6_options_chain.json"
+MLP = DATA.with_name("mlp16_plus_chain.json")
 EXHAUSTIVE_OPTIMUM = 1.3234762240000001e-05
 """``solver.chain.exhaustive.exhaustive_optimum`` of the recorded chain at its budget (every
 persistent plan and option; about two minutes of CPU, so recorded rather than rerun)."""
 
 
-def recorded_chain(options: int | None = None) -> tuple[Chain, float]:
-    """The recorded chain (its first ``options`` options per layer) and its budget."""
-    data = json.loads(DATA.read_text())
+def recorded_chain(options: int | None = None, path: pathlib.Path = DATA) -> tuple[Chain, float]:
+    """The chain recorded at ``path`` (its first ``options`` options per layer) and its
+    budget."""
+    data = json.loads(path.read_text())
     table = data.pop("options")
     budget = data.pop("budget")
     data.pop("source")
@@ -76,3 +79,31 @@ def test_remat_sequence_solves_with_the_scaled_slots(monkeypatch):
     params = [jnp.eye(4)] * 3
     remat_sequence(layers, "90%", slots=500).plan(params, jnp.ones((2, 4)))
     assert seen == [(3, solver.scaled_slots(3, 500))] and seen[0][1] > 500
+
+
+def test_a_sibling_option_a_few_bytes_larger_does_not_cost_the_plan_that_fits():
+    """The recorded MLP chain: ``dots_plus`` keeps 773 B more than ``dots`` per layer for
+    less recomputation. At ``dots_saveable``'s measured memory the table, rounding up,
+    rejects the all-``dots`` plan that fits to the byte and prefers ``dots_plus`` at every
+    capacity above, so refinement found no plan that fits but a slower one (0.0134 of
+    overhead against 0.0037 without the extra options). Swapping options back
+    (``shrink_options``) finds it."""
+    chain, budget = recorded_chain(path=MLP)
+    fewer, _ = recorded_chain(options=2, path=MLP)  # the whole tape and dots only
+    slots = solver.scaled_slots(chain.length)
+    more, less = solver.solve(chain, budget, slots=slots), solver.solve(fewer, budget, slots=slots)
+    assert more.peak <= budget and less.peak <= budget
+    assert more.time <= less.time
+
+
+def test_shrink_options_changes_options_only_and_fits_or_gives_up():
+    chain, budget = recorded_chain(path=MLP)
+    all_plus = tuple(solver.Layer(i, 2) for i in range(chain.length - 1)) + (
+        solver.Layer(chain.length - 1),)  # dots_plus everywhere, the whole tape last
+    assert solver.make_schedule(chain, all_plus).peak > budget
+    repaired = shrink_options(chain, all_plus, budget)
+    assert repaired is not None and repaired.peak <= budget
+    assert [item.index for item in repaired.plan] == [item.index for item in all_plus]
+    # a budget no swap reaches: None; one the plan fits already: the plan as it is
+    assert shrink_options(chain, all_plus, budget / 4) is None
+    assert shrink_options(chain, all_plus, 2 * budget).plan == all_plus
