@@ -15,30 +15,23 @@ collections of each generation per re-plan with their CPU milliseconds (both thr
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from replan_passes import gpt_stack  # noqa: E402  (the same model, --root parsed alike)
+
 BATCHES = (2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default=os.path.join(HERE, ".."),
-                        help="the checkout whose jaxremat is timed")
-    args = parser.parse_args()
-    sys.path[:0] = [os.path.abspath(args.root), HERE]
-    import jaxremat  # first: policies.py puts this checkout's root first on sys.path
-    from jaxremat import remat_sequence
-
+    jaxremat, layers, params, x = gpt_stack(__doc__)
     import jax.numpy as jnp
-    from policies import gpt_blocks_model
 
-    layers, params, x = gpt_blocks_model(n_layer=12, batch=4, seq=64)
+    remat_sequence = jaxremat.remat_sequence
     remat_sequence(layers, "50%").plan(params, x)
     inputs = [jnp.ones((b, 64, 128)) for b in BATCHES]
     full: list[float] = []

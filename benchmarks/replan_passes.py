@@ -51,21 +51,29 @@ def _timed_passes(spent: collections.Counter) -> None:
         setattr(module, name, timed)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def gpt_stack(description: str) -> tuple:
+    """``--root`` parsed and that checkout put first on ``sys.path``; returns ``(jaxremat,
+    layers, params, x)``: that checkout's package and 12 GPT-2 blocks of width 128 at batch
+    4, sequence 64 (``policies.py``'s ``gpt_blocks_model``), the model both re-plan scripts
+    time."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
     parser.add_argument("--root", default=os.path.join(HERE, ".."),
                         help="the checkout whose jaxremat is timed")
     args = parser.parse_args()
     sys.path[:0] = [os.path.abspath(args.root), HERE]
     import jaxremat  # first: policies.py puts this checkout's root first on sys.path
-    from jaxremat import remat_sequence
-
-    import jax.numpy as jnp
     from policies import gpt_blocks_model
 
+    return (jaxremat, *gpt_blocks_model(n_layer=12, batch=4, seq=64))
+
+
+def main() -> None:
+    jaxremat, layers, params, x = gpt_stack(__doc__)
+    import jax.numpy as jnp
+
+    remat_sequence = jaxremat.remat_sequence
     spent: collections.Counter = collections.Counter()
     _timed_passes(spent)
-    layers, params, x = gpt_blocks_model(n_layer=12, batch=4, seq=64)
     remat_sequence(layers, "50%").plan(params, x)
     inputs = [jnp.ones((b, 64, 128)) for b in (2, 3, 5, 6, 7, 8, 9, 10)]
     spent.clear()

@@ -138,17 +138,15 @@ def shrink_options(chain: Chain, plan: Plan, budget: float, *, checks: int = MAX
             if last:
                 saved += table.bwd_tmp[i, k] - table.bwd_tmp[i, other]
             if saved > 0:
-                swaps.append((max(times[i, other] - times[i, k], 0.0) / saved, position,
-                              int(other), saved))
+                added = max(times[i, other] - times[i, k], 0.0)
+                swaps.append((added / saved, position, int(other), saved, added))
     # a least-cost cover of ``over`` bytes, greedily (Chvatal, "A greedy heuristic for the
     # set-covering problem", Math. Oper. Res. 4(3), 1979): small swaps in increasing cost
     # per byte, each swap that covers the rest at once a candidate end
     covers, taken, cost, rest = [], {}, 0.0, over
-    for _, position, other, bytes_saved in sorted(swaps):
+    for _, position, other, bytes_saved, added in sorted(swaps):
         if position in taken:
             continue
-        added = max(times[plan[position].index, other] - times[plan[position].index,
-                                                               plan[position].option], 0.0)
         if bytes_saved >= rest:
             covers.append((cost + added, {**taken, position: other}))
             continue
