@@ -13,6 +13,7 @@ import pytest
 
 from jaxremat import jax_compat
 from jaxremat.measure.costs import count_jaxpr
+from jaxremat.measure import policy_costs as policy_costs_module
 from jaxremat.measure.policy_costs import jvp_program, policy_costs
 from jaxremat.measure.trace import trace_layer, trace_linearized
 from jaxremat.sequence import searched
@@ -39,9 +40,33 @@ def _traced(layer, p, x, policy):
             (vjp.tape_bytes, count_jaxpr(vjp.forward)[0] + count_jaxpr(vjp.backward)[0]))
 
 
-@pytest.mark.parametrize("name", ["attention", "mlp", "conv"])
+@jax.custom_vjp
+def _sin_clipped_grad(h):
+    return jnp.sin(h)
+
+
+_sin_clipped_grad.defvjp(lambda h: (jnp.sin(h), jnp.cos(h)),
+                         lambda cos, g: (jnp.clip(g * cos, -1.0, 1.0),))
+
+
+def _nested(p, x):
+    """A custom_vjp, a cond, a scan and a checkpoint inside the layer."""
+    h = _sin_clipped_grad(jnp.tanh(x @ p["w"]))
+    h = jax.lax.cond(h.sum() > 0, lambda h: h * 2.0, jnp.exp, h)
+    h, _ = jax.lax.scan(lambda c, _: (jnp.tanh(c @ p["u"]) + c, None), h, None, length=3)
+    return jax.checkpoint(lambda h: jnp.sin(h) @ p["u"])(h)
+
+
+def _case(name):
+    if name == "nested":
+        return _nested, {"w": jnp.ones((16, 16)) / 16, "u": jnp.ones((16, 16)) / 16}, jnp.ones(
+            (8, 16))
+    return blocks.case(name)
+
+
+@pytest.mark.parametrize("name", ["attention", "mlp", "conv", "nested"])
 def test_the_split_is_the_linearization_and_the_pullback_up_to_one_amount(name):
-    layer, p, x = blocks.case(name)
+    layer, p, x = _case(name)
     program = jvp_program(layer, p, x)
     offsets = set()
     for policy in _policies(layer, p, x):
@@ -66,12 +91,20 @@ def test_constants_and_integer_inputs_are_known_inputs():
         assert policy_costs(program, policy) == _traced(layer, p, x, policy)[0]
 
 
-def test_without_the_partial_evaluation_the_search_traces_the_same_options(monkeypatch):
+def _refuse(*args):
+    raise NotImplementedError("a program the split refuses")
+
+
+@pytest.mark.parametrize("missing", ["partial evaluation", "split refused"])
+def test_without_the_split_the_search_traces_the_same_options(monkeypatch, missing):
     layer, p, x = blocks.case("attention")
     jaxpr = jax.make_jaxpr(layer)(p, x)
     split = [search(layer, p, x, jaxpr, tree_bytes(x), base) for base in searched.BASES]
-    monkeypatch.setattr(jax_compat, "_pe_custom", None)
-    assert policy_costs(jvp_program(layer, p, x), SearchedPolicy(frozenset())) is None
+    if missing == "partial evaluation":
+        monkeypatch.setattr(jax_compat, "_pe_custom", None)
+        assert policy_costs(jvp_program(layer, p, x), SearchedPolicy(frozenset())) is None
+    else:
+        monkeypatch.setattr(policy_costs_module, "checkpoint_split", _refuse)
     monkeypatch.setattr(searched, "_CHOSEN", searched.LRU(4))  # search again, traced
     traced = [search(layer, p, x, jaxpr, tree_bytes(x), base) for base in searched.BASES]
     assert traced == split and any(traced)

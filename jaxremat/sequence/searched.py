@@ -183,7 +183,10 @@ def _measure(layer: Callable, p: Any, x: Any, policy: SearchedPolicy,
     flops saved are the pullback's. Split from the layer's JVP ``program`` where given and
     JAX's partial evaluation is available (:func:`jaxremat.measure.policy_costs.policy_costs`),
     else traced (:func:`jaxremat.measure.trace.trace_linearized`); the two agree."""
-    found = policy_costs(program, policy) if program is not None else None
+    try:
+        found = policy_costs(program, policy) if program is not None else None
+    except Exception:  # noqa: BLE001 - a program the split refuses is traced below
+        found = None
     if found is not None:
         return found
     forward, linear, tape = trace_linearized(
@@ -193,6 +196,15 @@ def _measure(layer: Callable, p: Any, x: Any, policy: SearchedPolicy,
 
 Measure = Callable[[SearchedPolicy], tuple[int, float]]
 """``measure(policy) -> (tape bytes, flops)`` of one layer (:func:`_measure`)."""
+
+
+def _jvp_program(layer: Callable, p: Any, x: Any) -> JvpProgram | None:
+    """The layer's JVP program for :func:`_measure`, ``None`` where tracing it fails (the
+    search then traces each policy, and fails there with JAX's error if it must)."""
+    try:
+        return jvp_program(layer, p, x)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
 
 
 def _limits(measure: Measure, base: str, tape: int) -> list[float]:
@@ -257,7 +269,7 @@ def search(layer: Callable, p: Any, x: Any, jaxpr: ClosedJaxpr, input_bytes: int
     chosen = _CHOSEN.get(memo_key)
     if chosen is None:
         keys = candidates(jaxpr, input_bytes, base)
-        program = jvp_program(layer, p, x) if keys else None
+        program = _jvp_program(layer, p, x) if keys else None
         measure = lambda policy: _measure(layer, p, x, policy, program)  # noqa: E731
         unions = _greedy(measure, keys, base) if keys else ()
         chosen = tuple((level, tuple(i for i, e in enumerate(eqns) if not sub_jaxprs(e)
