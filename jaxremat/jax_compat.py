@@ -17,6 +17,10 @@ through this module, with a fallback that is tested (tests/test_jax_compat.py):
 * **Dead-code elimination** (``partial_eval.dce_jaxpr``, internal): :func:`dce_jaxpr`;
   without it a jaxpr is returned whole, which overestimates transients and tape-only
   forward costs but stays correct.
+* **A checkpoint's partial evaluation** (``partial_eval.partial_eval_jaxpr_custom``,
+  internal): :func:`checkpoint_split` splits a JVP program as ``jax.checkpoint`` does under a
+  policy, to measure many policies without tracing each; ``None`` without it (callers then
+  trace, :func:`jaxremat.measure.trace.trace_linearized`).
 * **Tracer types** (``JVPTracer``, ``LinearizeTracer``, ``BatchTracer``, internal), read to
   see ``vmap`` batch sizes and autodiff at trace time: :data:`AD_TRACERS`,
   :data:`BATCH_TRACER` (empty / ``None`` when a refactor moves them; callers then assume the
@@ -44,6 +48,7 @@ __all__ = [
     "CALL_PRIMITIVES",
     "check_known",
     "close_jaxpr",
+    "checkpoint_split",
     "dce_jaxpr",
     "host_memory_kind",
     "in_host_memory",
@@ -129,6 +134,33 @@ def dce_jaxpr(closed: ClosedJaxpr, used_outputs: Sequence[bool]) -> ClosedJaxpr:
         return closed
     jaxpr, _ = _dce(closed.jaxpr, list(used_outputs), instantiate=True)
     return close_jaxpr(jaxpr, closed.consts)
+
+
+try:  # JAX internal: the partial evaluation jax.checkpoint applies to a JVP program
+    from jax._src.interpreters.partial_eval import partial_eval_jaxpr_custom as _pe_custom
+except ImportError:  # pragma: no cover - exercised by monkeypatching _pe_custom to None
+    _pe_custom = None
+
+
+def checkpoint_split(jaxpr: Jaxpr, num_known: int, policy: Any
+                     ) -> tuple[Jaxpr, Jaxpr, int] | None:
+    """``(known, staged, number of residuals)``: ``jaxpr`` (no constvars; its first
+    ``num_known`` inputs known, the rest unknown) split by the partial evaluation
+    ``jax.checkpoint`` applies to its JVP under ``policy``, as JAX's ``remat_partial_eval``
+    does: ``known`` computes the known outputs then the residuals, ``staged`` reads the
+    residuals then the unknown inputs and recomputes what the policy did not save, both
+    without dead code. ``None`` where JAX's internal partial evaluation is not available."""
+    if _pe_custom is None or _dce is None:
+        return None
+    num_in = len(jaxpr.invars)
+    unknown = [k >= num_known for k in range(num_in)]
+    known, staged, out_unknown, out_inst, num_res = _pe_custom(
+        jaxpr, unknown, [True] * num_in, False, False, policy)
+    staged, staged_used = _dce(staged, [u for u, i in zip(out_unknown, out_inst) if i])
+    used_res = list(staged_used[:num_res])
+    known_outputs = len(out_unknown) - sum(out_unknown)
+    known, _ = _dce(known, [True] * known_outputs + used_res)
+    return known, staged, sum(used_res)
 
 
 try:  # JAX internals used to read vmap batch sizes and autodiff state at trace time

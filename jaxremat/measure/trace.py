@@ -27,8 +27,8 @@ from .liveness import device_nbytes
 from .meter import aval_nbytes, inputs_read, program_memory
 from ..trees import cotangent_struct, tree_bytes
 
-__all__ = ["TracedLayer", "trace_layer", "trace_once", "tape_forward", "tape_jaxpr",
-           "tape_signature", "transients", "without_input_grad"]
+__all__ = ["TracedLayer", "trace_layer", "trace_linearized", "trace_once", "tape_forward",
+           "tape_jaxpr", "tape_signature", "transients", "without_input_grad"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,6 +317,30 @@ def trace_layer(
     backward = jax.make_jaxpr(_pullback_for_memory(pullback))(residuals, cotangent)
     return _traced_layer(forward, output, tuple(residuals), pullback, cotangent, backward,
                          len(jax.tree.leaves(x)))
+
+
+def trace_linearized(layer: Callable, p: Any, x: Any) -> tuple[ClosedJaxpr, ClosedJaxpr, int]:
+    """``(forward, linear, tape bytes)`` of ``jax.linearize(layer, p, x)`` on abstract ``p``
+    and ``x``: the jaxpr computing ``y`` and the residuals, the jaxpr of the linearized
+    function on ``(residuals, tangent of p, tangent of x)``, and the tape as
+    :func:`trace_layer` counts it.
+
+    The cheap half of :func:`trace_layer`: the same residuals (``jax.vjp`` linearizes the
+    same way), without transposing. The linear jaxpr holds what the pullback recomputes
+    (a ``jax.checkpoint``'s unsaved values) and the tangent of each operation where the
+    pullback has its transpose, so its flops differ from the pullback's by an amount that
+    does not depend on what a checkpoint policy saves: differences of flops between two
+    policies of one layer are the pullback's (``tests/test_policy_costs.py``), at a fifth of
+    the tracing time."""
+    forward, (output, linear_fn) = jax.make_jaxpr(
+        lambda p, x: jax.linearize(layer, p, x), return_shape=True)(p, x)
+    residuals, treedef = jax.tree.flatten(linear_fn)
+    tangents = jax.tree.map(cotangent_struct, (p, x))
+    linear = jax.make_jaxpr(lambda res, tp, tx: jax.tree.unflatten(treedef, res)(tp, tx))(
+        residuals, *tangents)
+    used = inputs_read(linear)[:len(residuals)]
+    return forward, linear, _tape_bytes(forward, len(jax.tree.leaves(output)),
+                                        tree_bytes(output), used)
 
 
 def _traced_layer(forward: ClosedJaxpr, output: Any, residuals: tuple, pullback: Callable,

@@ -40,12 +40,13 @@ recomputation per byte is measured, not assumed.
 The options (:class:`SearchedPolicy`; named ``"dots_plus"``, ``"dots_no_batch_plus"`` and
 ``"nothing_plus"`` after their base, with the suffix of their limit, :data:`SUFFIXES`) are
 then measured by the profile like any other option, and the DP decides what each is worth.
-The search costs one trace per candidate and step (about 0.04 s each; 1-2 s per base for a
-transformer block) at a layer's first shape; a later shape of the same program (same
+Each candidate and step is measured without tracing the layer under the policy: its JVP
+program is traced once and split as ``jax.checkpoint`` splits it
+(:mod:`jaxremat.measure.policy_costs`; about 5 ms a split on a GPT-2 block, 0.1-0.5 s per base,
+against 1-2 s when each was a traced ``jax.vjp``). A later shape of the same program (same
 primitives, ranks and dtypes) maps the chosen equations to its own shapes without searching
-again. Opt-in
-(``policies=(..., "dots_plus")``), as ``"dots_ranked"`` is: it multiplies a first profile's
-time.
+again. Opt-in (``policies=(..., "dots_plus")``), as ``"dots_ranked"`` is: each option it adds
+is profiled like any other, at every new shape.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ from jax.extend.core import ClosedJaxpr, Jaxpr
 from ..jax_compat import sub_jaxprs
 from ..lru import LRU
 from ..measure.costs import count_jaxpr
-from ..measure.trace import trace_layer
+from ..measure.policy_costs import JvpProgram, jvp_program, policy_costs
+from ..measure.trace import trace_linearized
 from ..trees import aval_nbytes
 from .ranked import contraction
 
@@ -173,35 +175,60 @@ def candidates(jaxpr: ClosedJaxpr | Jaxpr, input_bytes: int, base: str = "dots"
     return tuple(found)
 
 
-def _measure(layer: Callable, p: Any, x: Any, policy: SearchedPolicy) -> tuple[int, float]:
-    """``(tape bytes, flops of the vjp's forward and pullback)`` of the layer under
-    ``policy``."""
-    traced = trace_layer(jax.checkpoint(layer, policy=policy, prevent_cse=True), p, x, 0)
-    return traced.tape_bytes, count_jaxpr(traced.forward)[0] + count_jaxpr(traced.backward)[0]
+def _measure(layer: Callable, p: Any, x: Any, policy: SearchedPolicy,
+             program: JvpProgram | None = None) -> tuple[int, float]:
+    """``(tape bytes, flops)`` of the layer under ``policy``: the tape the vjp keeps and the
+    flops of the linearized forward and tangent, which differ from the vjp's forward and
+    pullback by an amount the policy does not change, so that the search's comparisons and
+    flops saved are the pullback's. Split from the layer's JVP ``program`` where given and
+    JAX's partial evaluation is available (:func:`jaxremat.measure.policy_costs.policy_costs`),
+    else traced (:func:`jaxremat.measure.trace.trace_linearized`); the two agree."""
+    try:
+        found = policy_costs(program, policy) if program is not None else None
+    except Exception:  # noqa: BLE001 - a program the split refuses is traced below
+        found = None
+    if found is not None:
+        return found
+    forward, linear, tape = trace_linearized(
+        jax.checkpoint(layer, policy=policy, prevent_cse=True), p, x)
+    return tape, count_jaxpr(forward)[0] + count_jaxpr(linear)[0]
 
 
-def _limits(layer: Callable, p: Any, x: Any, base: str, tape: int) -> list[float]:
+Measure = Callable[[SearchedPolicy], tuple[int, float]]
+"""``measure(policy) -> (tape bytes, flops)`` of one layer (:func:`_measure`)."""
+
+
+def _jvp_program(layer: Callable, p: Any, x: Any) -> JvpProgram | None:
+    """The layer's JVP program for :func:`_measure`, ``None`` where tracing it fails (the
+    search then traces each policy, and fails there with JAX's error if it must)."""
+    try:
+        return jvp_program(layer, p, x)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+
+
+def _limits(measure: Measure, base: str, tape: int) -> list[float]:
     """The tape bytes each option of ``base`` may reach (module docstring, step 3): over a
     dots base :data:`SLACKS` above its tape; over ``"nothing"`` :data:`LEAN_SHARES` of the way
     from its tape to ``dots_with_no_batch_dims_saveable``'s (none where that is no larger)."""
     if base != "nothing":
         return [tape * (1 + slack) for slack in SLACKS]
-    top = _measure(layer, p, x, SearchedPolicy(frozenset(), "dots_no_batch"))[0]
+    top = measure(SearchedPolicy(frozenset(), "dots_no_batch"))[0]
     return [tape + share * (top - tape) for share in LEAN_SHARES] if top > tape else []
 
 
-def _greedy(layer: Callable, p: Any, x: Any, keys: tuple[Key, ...], base: str
+def _greedy(measure: Measure, keys: tuple[Key, ...], base: str
             ) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """``(limit, positions in keys)`` of the unions the greedy search keeps (module
     docstring): the union reached within each of :func:`_limits`, narrowest first, distinct
     ones only, each with the first limit it was reached at."""
-    tape, flops = _measure(layer, p, x, SearchedPolicy(frozenset(), base))
-    limits = _limits(layer, p, x, base, tape)
+    tape, flops = measure(SearchedPolicy(frozenset(), base))
+    limits = _limits(measure, base, tape)
     if not limits:
         return ()
     gains = []
     for position, key in enumerate(keys):
-        one_tape, one_flops = _measure(layer, p, x, SearchedPolicy(frozenset({key}), base))
+        one_tape, one_flops = measure(SearchedPolicy(frozenset({key}), base))
         if one_flops < flops and one_tape <= limits[-1]:
             extra = one_tape - tape
             gains.append((extra > 0, -(flops - one_flops) / max(extra, 1), position))
@@ -213,7 +240,7 @@ def _greedy(layer: Callable, p: Any, x: Any, keys: tuple[Key, ...], base: str
         too_wide = []  # tried again under the next, wider limit
         for position in pending:
             trial = frozenset(keys[k] for k in chosen + [position])
-            trial_tape, trial_flops = _measure(layer, p, x, SearchedPolicy(trial, base))
+            trial_tape, trial_flops = measure(SearchedPolicy(trial, base))
             if trial_tape > limit:
                 too_wide.append(position)
             elif trial_flops < least:
@@ -242,7 +269,9 @@ def search(layer: Callable, p: Any, x: Any, jaxpr: ClosedJaxpr, input_bytes: int
     chosen = _CHOSEN.get(memo_key)
     if chosen is None:
         keys = candidates(jaxpr, input_bytes, base)
-        unions = _greedy(layer, p, x, keys, base) if keys else ()
+        program = _jvp_program(layer, p, x) if keys else None
+        measure = lambda policy: _measure(layer, p, x, policy, program)  # noqa: E731
+        unions = _greedy(measure, keys, base) if keys else ()
         chosen = tuple((level, tuple(i for i, e in enumerate(eqns) if not sub_jaxprs(e)
                                      and _key_of(e) in {keys[k] for k in union}))
                        for level, union in unions)

@@ -1,0 +1,86 @@
+"""The ``"dots_plus"`` search's CPU time, per layer and base, with each candidate policy traced
+(``jax.vjp`` of the checkpointed layer and its pullback, as before session 17) and split from
+the layer's JVP program (:mod:`jaxremat.measure.policy_costs`), and whether the two find the
+same options (issue 17.6).
+
+    python benchmarks/search_time.py                          # gpt_blocks, gpt, mlp, conv
+    python benchmarks/search_time.py --models gpt_blocks
+
+The models are ``benchmarks/policies.py``'s; each distinct layer of a model is searched once
+per base (:data:`jaxremat.sequence.searched.BASES`) with each measure, the search's memo
+cleared before each. CPU seconds (``time.process_time``): compare the columns of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+
+import jax  # noqa: E402
+
+from jaxremat.lru import LRU  # noqa: E402
+from jaxremat.measure.costs import count_jaxpr  # noqa: E402
+from jaxremat.measure.trace import trace_layer, trace_once  # noqa: E402
+from jaxremat.sequence import searched  # noqa: E402
+from jaxremat.trees import tree_bytes  # noqa: E402
+
+
+def traced_measure(layer, p, x, policy, program=None):
+    """The search's measure as it was: the vjp and its pullback traced under ``policy``."""
+    del program
+    traced = trace_layer(jax.checkpoint(layer, policy=policy, prevent_cse=True), p, x, 0)
+    return traced.tape_bytes, count_jaxpr(traced.forward)[0] + count_jaxpr(traced.backward)[0]
+
+
+def _search(measure, layer, p, x, jaxpr, base):
+    searched._measure, saved = measure, searched._measure
+    searched._CHOSEN = LRU(256)
+    try:
+        start = time.process_time()
+        found = searched.search(layer, p, x, jaxpr, tree_bytes(x), base)
+        return found, time.process_time() - start
+    finally:
+        searched._measure = saved
+
+
+def rows(name: str):
+    from policies import BUILDERS
+
+    layers, params, x = BUILDERS[name]()
+    seen = set()
+    for index, (layer, p) in enumerate(zip(layers, params)):
+        replay, jaxpr = trace_once(layer, p, x, index)
+        if str(jaxpr) not in seen:
+            seen.add(str(jaxpr))
+            for base in searched.BASES:
+                traced, traced_s = _search(traced_measure, replay, p, x, jaxpr, base)
+                split, split_s = _search(searched._measure, replay, p, x, jaxpr, base)
+                yield (name, index, base, len(split), traced == split, traced_s, split_s)
+        x = jax.eval_shape(layer, p, x)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="gpt_blocks,gpt,mlp,conv")
+    args = parser.parse_args()
+    print(f"JAX {jax.__version__}, CPU seconds per search")
+    print("| model | layer | base | options | same options | traced (s) | split (s) | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    totals = [0.0, 0.0]
+    for name in args.models.split(","):
+        for model, index, base, count, same, traced_s, split_s in rows(name):
+            totals[0] += traced_s
+            totals[1] += split_s
+            print(f"| {model} | {index} | {base} | {count} | {'yes' if same else 'NO'} | "
+                  f"{traced_s:.2f} | {split_s:.2f} | {traced_s / max(split_s, 1e-9):.1f}x |")
+    print(f"| all | | | | | {totals[0]:.2f} | {totals[1]:.2f} | "
+          f"{totals[0] / max(totals[1], 1e-9):.1f}x |")
+
+
+if __name__ == "__main__":
+    main()
