@@ -5,10 +5,16 @@ same options (issue 17.6).
 
     python benchmarks/search_time.py                          # gpt_blocks, gpt, mlp, conv
     python benchmarks/search_time.py --models gpt_blocks
+    python benchmarks/search_time.py --local      # and the greedy against a local search
 
 The models are ``benchmarks/policies.py``'s; each distinct layer of a model is searched once
 per base (:data:`jaxremat.sequence.searched.BASES`) with each measure, the search's memo
 cleared before each. CPU seconds (``time.process_time``): compare the columns of one run.
+
+``--local`` then checks each option the greedy found against a local search from it: adding,
+removing or swapping one candidate while the tape stays within the option's limit, as long as
+that lowers the flops (or keeps them and the tape shrinks). Cheap now that a measure is a
+split, it tells whether the greedy leaves flops behind.
 """
 
 from __future__ import annotations
@@ -64,9 +70,56 @@ def rows(name: str):
         x = jax.eval_shape(layer, p, x)
 
 
+def _improved(measure, keys, base, chosen, limit):
+    """``(tape, flops)`` of the best union a 1-add/remove/swap local search reaches from
+    ``chosen`` within ``limit``."""
+    tape, flops = measure(searched.SearchedPolicy(frozenset(chosen), base))
+    while True:
+        best = (flops, tape, chosen)
+        for key in keys:
+            if key in chosen:
+                trials = [chosen - {key}]
+            else:
+                trials = [chosen | {key}] + [(chosen - {c}) | {key} for c in chosen]
+            for trial in trials:
+                t, f = measure(searched.SearchedPolicy(frozenset(trial), base))
+                if t <= limit and (f, t) < best[:2]:
+                    best = (f, t, trial)
+        if best[2] is chosen:
+            return tape, flops
+        flops, tape, chosen = best
+
+
+def local_rows(name: str):
+    from policies import BUILDERS
+
+    from jaxremat.measure.policy_costs import jvp_program, policy_costs
+
+    layers, params, x = BUILDERS[name]()
+    seen = set()
+    for index, (layer, p) in enumerate(zip(layers, params)):
+        replay, jaxpr = trace_once(layer, p, x, index)
+        if str(jaxpr) not in seen:
+            seen.add(str(jaxpr))
+            program = jvp_program(replay, p, x)
+            measure = lambda policy: policy_costs(program, policy)  # noqa: E731
+            for base in searched.BASES:
+                keys = searched.candidates(jaxpr, tree_bytes(x), base)
+                low = measure(searched.SearchedPolicy(frozenset(), base))
+                limits = searched._limits(measure, base, low[0])
+                for level, union in searched._greedy(measure, keys, base):
+                    chosen = frozenset(keys[k] for k in union)
+                    greedy = measure(searched.SearchedPolicy(chosen, base))
+                    local = _improved(measure, keys, base, chosen, limits[level])
+                    yield name, index, base, searched.SUFFIXES[level], low, greedy, local
+        x = jax.eval_shape(layer, p, x)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt_blocks,gpt,mlp,conv")
+    parser.add_argument("--local", action="store_true",
+                        help="also check the greedy's options against a local search")
     args = parser.parse_args()
     print(f"JAX {jax.__version__}, CPU seconds per search")
     print("| model | layer | base | options | same options | traced (s) | split (s) | ratio |")
@@ -80,6 +133,16 @@ def main() -> None:
                   f"{traced_s:.2f} | {split_s:.2f} | {traced_s / max(split_s, 1e-9):.1f}x |")
     print(f"| all | | | | | {totals[0]:.2f} | {totals[1]:.2f} | "
           f"{totals[0] / max(totals[1], 1e-9):.1f}x |")
+    if not args.local:
+        return
+    print("\nThe greedy's options against a local search from each (tape bytes, flops of the split):")
+    print("| model | layer | base | option | base alone | greedy | local search | flops it saves more |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        for model, index, base, suffix, low, greedy, local in local_rows(name):
+            more = (greedy[1] - local[1]) / max(low[1] - greedy[1], 1.0)
+            print(f"| {model} | {index} | {base} | {suffix or '(narrow)'} | {low[0]}, {low[1]:.4g} | "
+                  f"{greedy[0]}, {greedy[1]:.4g} | {local[0]}, {local[1]:.4g} | {more:.1%} |")
 
 
 if __name__ == "__main__":
