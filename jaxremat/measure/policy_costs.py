@@ -63,6 +63,12 @@ def jvp_program(layer: Callable, p: Any, x: Any) -> JvpProgram:
                       len(jax.tree.leaves(output)), tree_bytes(output))
 
 
+def _inexact(aval: Any) -> bool:
+    """Whether a value is floating or complex (JAX casts only those residuals)."""
+    dtype = getattr(aval, "dtype", None)
+    return dtype is not None and bool(jax.numpy.issubdtype(dtype, np.inexact))
+
+
 def policy_costs(program: JvpProgram, policy: Callable) -> tuple[int, float] | None:
     """``(tape bytes, flops)`` of the layer under ``jax.checkpoint(..., policy=policy)``:
     the residuals the staged part reads, less the layer's inputs, constants and outputs,
@@ -81,9 +87,7 @@ def policy_costs(program: JvpProgram, policy: Callable) -> tuple[int, float] | N
     read = {v for eqn in known.eqns for v in eqn.invars if isinstance(v, Var)}
     distinct = list(dict.fromkeys(v for v in residuals if isinstance(v, Var)))
     counted = [v for v in distinct if v not in outside]
-    cast = sum(int(np.prod(v.aval.shape)) for v in distinct
-               if v in read and jax.numpy.issubdtype(getattr(v.aval, "dtype", None) or np.int32,
-                                                     np.inexact))
+    cast = sum(int(np.prod(v.aval.shape)) for v in distinct if v in read and _inexact(v.aval))
     tape = sum(device_nbytes(v.aval) for v in counted) + program.output_bytes
     flops = count_jaxpr(close_jaxpr(known))[0] + count_jaxpr(close_jaxpr(staged))[0]
     return tape, flops + cast
