@@ -248,7 +248,7 @@ def test_choice_with_the_loop_margin_is_the_best_member_by_brute_force(
     when none does."""
     chain = homogeneous(L, fwd, 0.5, bwd, x, extra, tmp, False, option)
     margin = functools.partial(loop_margin, chain, param_bytes=params, unroll=unroll,
-                               leaf_bytes=params / 2)
+                               grad_bytes=params / 2)
     floor = functools.partial(margin, floor=True)
     costed = [(m, member_schedule(chain, m)) for m in family(L, 2, chain_options(chain))]
     needs = [s.peak + margin(m) for m, s in costed]

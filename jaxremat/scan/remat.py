@@ -52,12 +52,14 @@ from ..sequence.plan import check_settings
 from ..sequence.policies import check_policies
 from ..sequence.profile import profile_sequence
 from .family import FamilyInfeasible, choose, loop_margin, member_schedule
+from .gradients import held_gradient_bytes
 from .members import UNROLL, NestedScan, auto_unroll, check_unroll, pieces, reshaped, runs
 from .plan import ScanPlan, option_policies
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
 
-__all__ = ["RematScan", "ScanPlan", "remat_scan", "program_size", "SCAN_METHODS", "loop_margin"]
+__all__ = ["RematScan", "ScanPlan", "remat_scan", "program_size", "SCAN_METHODS", "loop_margin",
+           "margin_bytes"]
 
 SCAN_METHODS = ("rotor", "none", "every_layer", "sqrt")
 """``"rotor"``: the best nested-scan plan; the others are fixed members: store every tape,
@@ -161,6 +163,18 @@ def _stored(layer: Callable, policy: Callable | None) -> Callable:
     ``jax.checkpoint`` with ``policy`` (a chain option; no CSE across scan iterations, so
     ``prevent_cse`` is not needed: jax.checkpoint docs)."""
     return layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
+
+
+def margin_bytes(layer: Callable, params: Any, x: Any,
+                 policies: tuple[Callable | None, ...]) -> tuple[int, int]:
+    """``(param_bytes, grad_bytes)`` for :func:`jaxremat.scan.family.loop_margin`: one
+    layer's ``params``' bytes, and the parameter gradients ``layer``'s backward holds at its
+    peak under the policies of options 1 and up (the most of them; 0 without such options;
+    :func:`jaxremat.scan.gradients.held_gradient_bytes`). ``policies``: per option, as
+    :func:`jaxremat.scan.plan.option_policies` gives them."""
+    param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(params))
+    held = [held_gradient_bytes(_stored(layer, policy), params, x) for policy in policies[1:]]
+    return param_bytes, max(held, default=0)
 
 
 def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: int,
@@ -336,19 +350,18 @@ class RematScan:
                                    policies=self._policies)
         self.profile_count += 1
         chain = _whole_inputs(profile.chain)
-        param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
-        leaf_bytes = max((math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one)),
-                         default=0)
+        policies = option_policies(profile.layers[0])
+        param_bytes, grad_bytes = margin_bytes(self._layer, one, abstract_x, policies)
         # once per member for this plan: the search and _fit's rounds ask again, and the
         # plain scan's and checkpoint-per-layer's terms simulate the chain (by phase)
         margin = functools.cache(functools.partial(
             loop_margin, chain, param_bytes=param_bytes / batch, unroll=unroll,
-            leaf_bytes=leaf_bytes / batch))
+            grad_bytes=grad_bytes / batch))
         margin_floor = functools.cache(functools.partial(  # the search's pruning: cheaper
             loop_margin, chain, param_bytes=param_bytes / batch, unroll=unroll,
-            leaf_bytes=leaf_bytes / batch, floor=True))
+            grad_bytes=grad_bytes / batch, floor=True))
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
-                                    option_policies(profile.layers[0]), unroll)
+                                    policies, unroll)
         if not is_share(self._budget):  # bytes: no need to measure the plain scan
             budget = parse_budget(self._budget)
         else:
