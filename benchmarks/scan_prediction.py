@@ -44,7 +44,7 @@ def member_rows(kind: str, L: int, unroll: str | int, sizes: list[tuple[int, ...
     chain, policies = plan.chain, option_policies(plan.layer)
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (params, x))
-    param_bytes, grad_bytes = margin_bytes(layer, one, abstract[1], policies)
+    sizes_bytes = margin_bytes(layer, one, abstract[1], policies)
     for option in range(len(policies)):
         name = "everything" if not option else plan.layer.options[option - 1].name
         for member_sizes in sizes:
@@ -52,8 +52,7 @@ def member_rows(kind: str, L: int, unroll: str | int, sizes: list[tuple[int, ...
                 continue
             member = NestedScan(member_sizes, option)
             predicted = (member_schedule(chain, member).peak
-                         + loop_margin(chain, member, param_bytes, unroll=plan.unroll,
-                                       grad_bytes=grad_bytes))
+                         + loop_margin(chain, member, unroll=plan.unroll, **sizes_bytes))
             measured = _measured(layer, *abstract, L, policies, plan.unroll, member)
             yield member, name, plan.unroll, measured, predicted
 

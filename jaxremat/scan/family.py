@@ -163,14 +163,16 @@ def chain_options(chain: Chain) -> int:
 
 def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
                 unroll: int = UNROLL, grad_bytes: float | None = None,
-                floor: bool = False) -> float:
+                invariant_bytes: float = 0.0, floor: bool = False) -> float:
     """Bytes to add to the unrolled chain's simulated peak of ``member`` for its loops and
     parameter slices: what the program-order meter (:func:`jaxremat.activation_memory`,
     loops as in :mod:`jaxremat.measure.meter`) counts and the chain does not, an upper bound
     on the meter's peak (measurements: benchmarks/RESULTS.md, "Scanned stacks" sections).
     ``param_bytes``: one layer's parameters (``P``); ``grad_bytes``: the parameter gradients
     the layer's backward holds at its peak under the member's policy
-    (:func:`jaxremat.scan.gradients.held_gradient_bytes`; ``param_bytes`` when not given);
+    (:func:`jaxremat.scan.held.held_gradient_bytes`; ``param_bytes`` when not given);
+    ``invariant_bytes``: the loop invariants a scan of the layer hoists
+    (:func:`jaxremat.scan.held.loop_invariant_bytes`);
     ``floor``: a lower bound on the margin instead, computed without simulating (what
     :func:`choose` prunes with). ``x``: one activation; ``tape``: one layer's tape under the
     member's option.
@@ -199,7 +201,12 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
       unrolled, one carry less and ``k P`` for their parameter slices (copies); a top level
       that splits the parameters (not :func:`jaxremat.scan.members.reshaped`) twice
       ``L P`` (pieces and gradient pieces before their concatenation; once for unrolled
-      pieces, whose gradients are counted by op), two levels twice ``k P``.
+      pieces, whose gradients are counted by op), two levels twice ``k P``. For one
+      reshaped level of scanned stored runs, at least the chain's peak in the
+      recomputations (:func:`jaxremat.scan.simulate.phase_peaks`) plus one ``tape``, the
+      outer loop's carry and ``invariant_bytes``: the inner loops' hoisted invariants, live
+      through the segment's recomputation and backward (the GPT-2 block's causal mask
+      broadcasts), which the whole-peak terms missed by 512 B where that phase peaks.
     * under a policy (option >= 1), every kind but the first two: ``grad_bytes``, the
       gradients a backward loop's body holds at its layer's backward peak beside the
       stacked rows (``bwd_tmp`` counts none).
@@ -240,6 +247,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     if len(sizes) > 1:
         split += 2 * sizes[0] * param_bytes
     whole = tape + loops + split
+    if invariant_bytes and not floor and len(sizes) == 1 and tape and reshaped(L, sizes):
+        forward, recompute, backward = phase_peaks(chain, member)  # by phase (docstring)
+        peak = max(forward, recompute, backward)
+        whole = max(whole, recompute + tape + x + invariant_bytes + split - peak)
     if not _scanned_runs(L, sizes, unroll):
         return whole
     # by op (docstring): the split pieces once, the runs' loops where they run
