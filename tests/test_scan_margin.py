@@ -77,7 +77,7 @@ def test_least_budget_below_two_levels_is_the_measured_peak(fn, make, L):
 def test_loop_margin_bounds_the_measured_peak_over_the_family(fn, make, unroll, L):
     """Every member with at most two levels (every option) on a small stack: the meter's
     peak of its program never exceeds the simulated peak plus loop_margin (without the
-    policy's parameter leaf: segments of two under dots_saveable by one bias at L = 4, and
+    policy's held gradients: segments of two under dots_saveable by one bias at L = 4, and
     ``3 > 1`` scanned by one weight at L = 6). The plain scan included: on JAX 0.12 it
     measured one activation above the prediction on both blocks before loop_margin took
     its loop terms by phase (test_plain_scan_and_checkpoint_per_layer_predicted_exactly)."""
@@ -194,7 +194,7 @@ def test_unrolled_two_levels_take_their_terms_by_phase(sizes):
     segment's parameters once, the unrolled runs' parameter gradients at their ``B`` ops),
     an upper bound on the MLP block, every option, within four bias vectors of the meter
     on JAX 0.10.2 with the whole tape (under dots_saveable one weight matrix more: the
-    policy's parameter leaf; on JAX 0.12 one activation more, as for segments of two).
+    policy's held gradients; on JAX 0.12 one activation more, as for segments of two).
     Before, per level two activations and the split parameters twice on the whole peak:
     ``4 > 2`` predicted 1.5x its measurement (86656 > 57472 B)."""
     L, D, B = 8, 16, 64
@@ -228,8 +228,8 @@ def test_scanned_checkpointed_pieces_take_their_terms_by_phase(D, B):
     ``lax.scan`` (``4 > 1``, unrolled pieces): loop_margin takes them by phase (the pieces'
     backward loop's carries, its stacked parameter gradients and the segment's input stored
     again, at the ops of the scanned pieces only). An upper bound, every option, within
-    half an activation and the policy's weight leaf of the meter (width 16) and within 11%
-    where the parameters outweigh an activation (width 32, batch 8: 1.10x under
+    half an activation and the policy's held weight gradient of the meter (width 16) and
+    within 11% where the parameters outweigh an activation (width 32, batch 8: 1.10x under
     dots_saveable, whose backward holds 7296 B of gradients at its peak; 1.06x when
     loop_margin counted one weight, 4096 B). Before, two
     activations and the split parameters twice per level on the whole peak: 3200 B over

@@ -237,8 +237,8 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         if floor:  # the terms every phase holds: the chain's peak is one of the phases'
             replaced = len(sizes) == 2 and not reshaped(L, sizes)  # (unrolled_peak)
             return x + (0.0 if replaced else sizes[0] * param_bytes) + split
-        peak, grads = unrolled_peak(chain, member, param_bytes)
-        return grads - peak + x + split
+        peak, with_gradients = unrolled_peak(chain, member, param_bytes)
+        return with_gradients - peak + x + split
     loops = 2 * x * len(sizes)
     whole_tape = tape
     if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop inside the last
