@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import math
 import os
 import sys
 
@@ -33,7 +32,7 @@ import jaxremat  # noqa: E402
 from jaxremat.scan.family import loop_margin, member_schedule  # noqa: E402
 from jaxremat.scan.members import NestedScan  # noqa: E402
 from jaxremat.scan.plan import option_policies  # noqa: E402
-from jaxremat.scan.remat import _measured  # noqa: E402
+from jaxremat.scan.remat import _measured, margin_bytes  # noqa: E402
 from scan_depth import block_stack  # noqa: E402
 
 
@@ -44,8 +43,8 @@ def member_rows(kind: str, L: int, unroll: str | int, sizes: list[tuple[int, ...
     plan = jaxremat.remat_scan(layer, 1 << 50, unroll=unroll).plan(params, x)
     chain, policies = plan.chain, option_policies(plan.layer)
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
-    leaves = [math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one)]
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (params, x))
+    sizes_bytes = margin_bytes(layer, one, abstract[1], policies)
     for option in range(len(policies)):
         name = "everything" if not option else plan.layer.options[option - 1].name
         for member_sizes in sizes:
@@ -53,8 +52,7 @@ def member_rows(kind: str, L: int, unroll: str | int, sizes: list[tuple[int, ...
                 continue
             member = NestedScan(member_sizes, option)
             predicted = (member_schedule(chain, member).peak
-                         + loop_margin(chain, member, sum(leaves), unroll=plan.unroll,
-                                       leaf_bytes=max(leaves)))
+                         + loop_margin(chain, member, unroll=plan.unroll, **sizes_bytes))
             measured = _measured(layer, *abstract, L, policies, plan.unroll, member)
             yield member, name, plan.unroll, measured, predicted
 

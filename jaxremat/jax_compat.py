@@ -27,6 +27,10 @@ through this module, with a fallback that is tested (tests/test_jax_compat.py):
   conservative answers).
 * **Cost analysis.** ``Lowered.cost_analysis()`` returns a dict, a list of dicts (older
   JAX), ``None`` (GPU backends), or raises ``NotImplementedError``: :func:`lowered_cost_analysis`.
+* **Scan constants.** A ``scan`` equation's leading operands are its loop constants:
+  ``params["num_consts"]`` of them on JAX 0.10-0.11; on 0.12 the leaves of the first of
+  ``params["ft_in"]``'s three groups (constants, carries, scanned inputs; a flat tree,
+  ``unpack()``): :func:`scan_num_consts` (0 where neither is found).
 * **Memory spaces** (host offload, issue 17): a value offloaded by a checkpoint policy has an
   aval whose ``memory_space`` is ``MemorySpace.Host`` (0.10-0.12 print it ``f32<host>[4]``);
   :func:`in_host_memory` reads it (``False`` when avals have no memory space).
@@ -54,6 +58,7 @@ __all__ = [
     "in_host_memory",
     "is_call",
     "lowered_cost_analysis",
+    "scan_num_consts",
     "sub_jaxprs",
 ]
 
@@ -187,6 +192,18 @@ def lowered_cost_analysis(lowered: Any) -> dict[str, float] | None:
     if not analysis or "flops" not in analysis:
         return None
     return {key: float(value) for key, value in analysis.items() if isinstance(value, (int, float))}
+
+
+def scan_num_consts(eqn: Any) -> int:
+    """How many of a ``scan`` equation's leading operands are loop constants (module
+    docstring); 0 where the version's params say neither way."""
+    if "num_consts" in eqn.params:
+        return int(eqn.params["num_consts"])
+    groups = eqn.params.get("ft_in")  # a flat tree (jax._src.flattree) of three groups
+    try:
+        return len(groups.unpack()[0].vals)
+    except (AttributeError, IndexError, TypeError):
+        return 0
 
 
 HOST_MEMORY_KIND = "pinned_host"

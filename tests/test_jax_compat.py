@@ -196,3 +196,17 @@ def test_remat_graph_sees_through_remat3_checkpoints():
         assert activation_memory(g, ws, X) <= activation_memory(per_layer_checkpoint, ws, X)
     finally:
         jax.config.update(flag, False)
+
+
+def test_scan_constants_are_counted_on_this_version():
+    """A ``scan``'s loop constants (``num_consts`` on JAX 0.10-0.11, ``ft_in`` on 0.12):
+    two closed-over values, one carry, one scanned input."""
+    def f(c, d, xs):
+        return jax.lax.scan(lambda h, x: (h * c + x * d, None), c, xs)[0]
+
+    closed = jax.make_jaxpr(f)(1.0, 2.0, jnp.ones(3))
+    (eqn,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "scan"]
+    assert jax_compat.scan_num_consts(eqn) == len(eqn.invars) - 2 == 2
+    bare = eqn.replace(params={k: v for k, v in eqn.params.items()
+                               if k not in ("num_consts", "ft_in")})
+    assert jax_compat.scan_num_consts(bare) == 0

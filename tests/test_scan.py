@@ -241,14 +241,15 @@ def test_choice_is_the_best_member_by_brute_force(L, fwd, tape, bwd, x, extra, t
 def test_choice_with_the_loop_margin_is_the_best_member_by_brute_force(
         L, fwd, bwd, x, extra, tmp, params, unroll, share, option):
     """With loop_margin (by phase for the plain scan and jax.checkpoint per layer; the
-    unrolled runs' parameter slices growing with the pieces), the search, which prunes with
+    unrolled runs' parameter slices growing with the pieces; loop invariants of ``tmp``
+    bytes, taken in the recomputations of one level of scanned runs), the search, which prunes with
     _floor's lower bound on the margins below a member (with loop_margin's cheaper
     ``floor=True`` bound, as remat_scan prunes, a lower bound on every member's margin),
     still finds the fastest member whose peak plus margin fits, and the least such peak
     when none does."""
     chain = homogeneous(L, fwd, 0.5, bwd, x, extra, tmp, False, option)
     margin = functools.partial(loop_margin, chain, param_bytes=params, unroll=unroll,
-                               leaf_bytes=params / 2)
+                               grad_bytes=params / 2, invariant_bytes=tmp)
     floor = functools.partial(margin, floor=True)
     costed = [(m, member_schedule(chain, m)) for m in family(L, 2, chain_options(chain))]
     needs = [s.peak + margin(m) for m, s in costed]

@@ -4,7 +4,6 @@ the margin is loose (two checkpointing levels)."""
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 
@@ -16,9 +15,10 @@ import pytest
 import jaxremat
 import solver
 from jaxremat.scan.family import family, loop_margin, member_schedule
+from jaxremat.scan.held import held_gradient_bytes, loop_invariant_bytes
 from jaxremat.scan.plan import option_policies
 from jaxremat.scan.members import NestedScan
-from jaxremat.scan.remat import _measured
+from jaxremat.scan.remat import _measured, margin_bytes
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 
@@ -77,7 +77,7 @@ def test_least_budget_below_two_levels_is_the_measured_peak(fn, make, L):
 def test_loop_margin_bounds_the_measured_peak_over_the_family(fn, make, unroll, L):
     """Every member with at most two levels (every option) on a small stack: the meter's
     peak of its program never exceeds the simulated peak plus loop_margin (without the
-    policy's parameter leaf: segments of two under dots_saveable by one bias at L = 4, and
+    policy's held gradients: segments of two under dots_saveable by one bias at L = 4, and
     ``3 > 1`` scanned by one weight at L = 6). The plain scan included: on JAX 0.12 it
     measured one activation above the prediction on both blocks before loop_margin took
     its loop terms by phase (test_plain_scan_and_checkpoint_per_layer_predicted_exactly)."""
@@ -85,14 +85,13 @@ def test_loop_margin_bounds_the_measured_peak_over_the_family(fn, make, unroll, 
     plan = jaxremat.remat_scan(fn, "100%", unroll=unroll).plan(params, x)
     chain, policies = plan.chain, option_policies(plan.layer)
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
-    sizes = [math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one)]
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (params, x))
+    layer_bytes = margin_bytes(fn, one, abstract[1], policies)
     members = list(family(L, 2, len(policies)))
     assert len(members) >= 8
     for member in members:
         predicted = (member_schedule(chain, member).peak
-                     + loop_margin(chain, member, sum(sizes), unroll=unroll,
-                                   leaf_bytes=max(sizes)))
+                     + loop_margin(chain, member, unroll=unroll, **layer_bytes))
         measured = _measured(fn, *abstract, L, policies, unroll, member)
         assert measured <= predicted, (str(member), measured, predicted)
 
@@ -124,13 +123,12 @@ def _predict_and_measure(fn, params, x, unroll=2):
     plan = jaxremat.remat_scan(fn, 1 << 40, unroll=unroll).plan(params, x)  # no share
     chain, policies = plan.chain, option_policies(plan.layer)
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
-    sizes = [math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one)]
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (params, x))
+    layer_bytes = margin_bytes(fn, one, abstract[1], policies)
 
     def check(member):
         predicted = (member_schedule(chain, member).peak
-                     + loop_margin(chain, member, sum(sizes), unroll=unroll,
-                                   leaf_bytes=max(sizes)))
+                     + loop_margin(chain, member, unroll=unroll, **layer_bytes))
         return predicted, _measured(fn, *abstract, L, policies, unroll, member)
 
     return len(policies), check
@@ -196,7 +194,7 @@ def test_unrolled_two_levels_take_their_terms_by_phase(sizes):
     segment's parameters once, the unrolled runs' parameter gradients at their ``B`` ops),
     an upper bound on the MLP block, every option, within four bias vectors of the meter
     on JAX 0.10.2 with the whole tape (under dots_saveable one weight matrix more: the
-    policy's parameter leaf; on JAX 0.12 one activation more, as for segments of two).
+    policy's held gradients; on JAX 0.12 one activation more, as for segments of two).
     Before, per level two activations and the split parameters twice on the whole peak:
     ``4 > 2`` predicted 1.5x its measurement (86656 > 57472 B)."""
     L, D, B = 8, 16, 64
@@ -214,12 +212,14 @@ def test_unrolled_runs_count_their_parameter_gradients(sizes):
     8 x), each unrolled run's parameter gradients, padded into the run's rows, are live at
     its later ``B`` ops (and the last piece's during a checkpointed piece's backward):
     loop_margin bounds the meter. Before, segments of two measured 1.32x the prediction
-    (42240 > 32000 B on JAX 0.10.2)."""
+    (42240 > 32000 B on JAX 0.10.2). Within 1.45x: under dots_saveable the layer's
+    backward holds two of its three gradients at its peak (7296 B, the held gradients
+    loop_margin counts; 1.425x on ``4 > 2``, 1.37x when it counted one weight, 4096 B)."""
     params, x = mlp_stack(8, 32, 8)
     options, check = _predict_and_measure(mlp_block, params, x, unroll=2)
     for option in range(options):
         predicted, measured = check(NestedScan(sizes, option))
-        assert measured <= predicted <= 1.4 * measured, (option, measured, predicted)
+        assert measured <= predicted <= 1.45 * measured, (option, measured, predicted)
 
 
 @pytest.mark.parametrize("D, B", [(16, 64), (32, 8)])
@@ -228,8 +228,10 @@ def test_scanned_checkpointed_pieces_take_their_terms_by_phase(D, B):
     ``lax.scan`` (``4 > 1``, unrolled pieces): loop_margin takes them by phase (the pieces'
     backward loop's carries, its stacked parameter gradients and the segment's input stored
     again, at the ops of the scanned pieces only). An upper bound, every option, within
-    half an activation and the policy's weight leaf of the meter (width 16) and within 7%
-    where the parameters outweigh an activation (width 32, batch 8). Before, two
+    half an activation and the policy's held weight gradient of the meter (width 16) and
+    within 11% where the parameters outweigh an activation (width 32, batch 8: 1.10x under
+    dots_saveable, whose backward holds 7296 B of gradients at its peak; 1.06x when
+    loop_margin counted one weight, 4096 B). Before, two
     activations and the split parameters twice per level on the whole peak: 3200 B over
     (width 16, whole tape), 1.17x the measurement under dots_saveable (width 32)."""
     params, x = mlp_stack(8, D, B)
@@ -240,7 +242,7 @@ def test_scanned_checkpointed_pieces_take_their_terms_by_phase(D, B):
         if D == 16:  # half an activation, one weight matrix
             bound = measured + B * D * 4 // 2 + D * D * 4
         else:
-            bound = 1.07 * measured
+            bound = 1.11 * measured
         assert measured <= predicted <= bound, (option, measured, predicted)
 
 
@@ -293,3 +295,62 @@ def test_split_top_level_counts_each_layers_parameters_once(sizes):
     for option in range(options):
         predicted, measured = check(NestedScan(sizes, option))
         assert measured <= predicted <= 1.1 * measured, (option, measured, predicted)
+
+
+def test_held_gradients_are_the_last_projections_weight_and_bias():
+    """What a backward loop's body holds at its layer's backward peak beside the stacked
+    gradient rows, measured on the layer's pullback: the GPT-2 block's MLP output
+    projection's weight and bias gradients (its backward produces them first); the MLP
+    block's output weight's gradient (it has no output bias); each under dots_saveable, as
+    loop_margin takes them (under a policy)."""
+    dots = jax.checkpoint_policies.dots_saveable
+    fn, params, x = gpt_stack(2)
+    one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
+    C = x.shape[-1]
+    assert held_gradient_bytes(jax.checkpoint(fn, policy=dots), one, x) == (4 * C * C + C) * 4
+    params, x = mlp_stack(2)
+    one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
+    assert held_gradient_bytes(jax.checkpoint(mlp_block, policy=dots), one, x) == \
+        params["w2"][0].nbytes
+
+
+def test_scanned_pieces_under_a_policy_count_the_held_bias_gradient():
+    """``4 > 1`` at unroll 0 on the GPT-2 block (the segment's pieces a ``lax.scan``, each
+    piece's layer a scan of one): under a policy the pieces' backward loop body holds the
+    output projection's weight and bias gradients at its peak. loop_margin counts them
+    (:func:`jaxremat.scan.held.held_gradient_bytes`) and predicts the meter within
+    half an activation. Before, it counted the largest leaf (the weight) only and the meter
+    measured one bias vector (128 B) above the prediction on every policy."""
+    fn, params, x = gpt_stack(8)
+    options, check = _predict_and_measure(fn, params, x, unroll=0)
+    assert options >= 2
+    for option in range(1, options):
+        predicted, measured = check(NestedScan((4, 1), option))
+        assert measured <= predicted <= measured + x.nbytes // 2, (option, measured, predicted)
+
+
+def test_loop_invariants_are_the_causal_masks_broadcasts():
+    """What a scan of the GPT-2 block hoists out of its loops (computed from constants
+    alone): the causal mask broadcast to the attention's shape (bool), ``-inf`` for
+    ``jnp.where`` and zeros for its transpose (float32), each once; nothing on the MLP
+    block."""
+    fn, params, x = gpt_stack(2)
+    one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
+    (B, T, _), heads = x.shape, 2
+    assert loop_invariant_bytes(fn, one, x) == B * heads * T * T * (1 + 4 + 4)
+    params, x = mlp_stack(2)
+    one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
+    assert loop_invariant_bytes(mlp_block, one, x) == 0
+
+
+def test_scanned_segments_count_the_loop_invariants_where_they_recompute():
+    """Segments of two GPT-2 blocks (width 128, 4 heads, batch 4 of 64 tokens, as
+    ``benchmarks/scan_prediction.py``), their runs inner scans (unroll 0), whole tapes: the
+    meter peaks in a segment's recomputation, in its inner forward loop, beside the inner
+    loops' hoisted invariants (the causal mask's broadcasts, 4.5 activations). loop_margin
+    counts them in that phase: an upper bound within 1.5%. Before, the whole-peak terms
+    measured 512 B under the meter (17413632 > 17413120 B at L = 4)."""
+    fn, params, x = gpt_stack(4, C=128, heads=4, B=4, T=64)
+    _, check = _predict_and_measure(fn, params, x, unroll=0)
+    predicted, measured = check(NestedScan((2,), 0))
+    assert measured <= predicted <= 1.015 * measured, (measured, predicted)

@@ -162,114 +162,59 @@ def chain_options(chain: Chain) -> int:
 
 
 def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
-                unroll: int = UNROLL, leaf_bytes: float | None = None,
-                floor: bool = False) -> float:
+                unroll: int = UNROLL, grad_bytes: float | None = None,
+                invariant_bytes: float = 0.0, floor: bool = False) -> float:
     """Bytes to add to the unrolled chain's simulated peak of ``member`` for its loops and
     parameter slices: what the program-order meter (:func:`jaxremat.activation_memory`,
-    loops as in :mod:`jaxremat.measure.meter`) counts and the chain does not.
-    ``param_bytes``: one layer's parameters; ``leaf_bytes``: its largest parameter leaf
-    (``param_bytes`` when not given); ``floor``: a lower bound on the margin instead,
-    computed without simulating (the same for the members not taken as unrolled pieces).
+    loops as in :mod:`jaxremat.measure.meter`) counts and the chain does not, an upper bound
+    on the meter's peak (measurements: benchmarks/RESULTS.md, "Scanned stacks" sections).
+    ``param_bytes``: one layer's parameters (``P``); ``grad_bytes``: the parameter gradients
+    the layer's backward holds at its peak under the member's policy
+    (:func:`jaxremat.scan.held.held_gradient_bytes`; ``param_bytes`` when not given);
+    ``invariant_bytes``: the loop invariants a scan of the layer hoists
+    (:func:`jaxremat.scan.held.loop_invariant_bytes`);
+    ``floor``: a lower bound on the margin instead, computed without simulating (what
+    :func:`choose` prunes with). ``x``: one activation; ``tape``: one layer's tape under the
+    member's option.
 
-    The meter counts a loop's outputs (the stacked residuals, the final carry) from before
-    its body runs, beside the body's own values: one iteration's residuals and carry twice.
-    Where that lands depends on the phase, so the plain scan and ``jax.checkpoint`` per
-    layer take their terms by phase (:func:`jaxremat.scan.simulate.phase_peaks`: the
-    chain's peaks before the loss, in the recomputations after it and in the ``B`` ops),
-    the margin being the largest phase sum less the chain's peak:
+    The meter allocates a loop's outputs (stacked residuals or gradients, final carry)
+    before its body runs, and counts the body's own values beside them: one iteration's
+    outputs twice, and the new carry beside the old. So, by member kind:
 
-    * the plain scan (no level): its forward loop holds one layer's tape (the carry's copy
-      included) and the carry beyond the chain's forward peak (the stacked tapes and the
-      final carry are allocated before the body, which holds its own tape and new carry);
-      its backward loop one tape beyond the chain's ``B`` peak (the body reads its tape as
-      slices of the stacked one, live to the loop's end, so the layer's backward cannot
-      free residuals early as ``bwd_tmp`` credits it);
-    * ``jax.checkpoint`` per layer in one scan (``(1,)``): the backward loop's final carry
-      beyond the ``B`` peak; the recomputation's candidate (a tape-only forward) already
-      counts the layer's output, which the recomputation does not compute.
+    * plain scan (no level), by phase (:func:`jaxremat.scan.simulate.phase_peaks`): the
+      forward loop's tape and carry on the chain's forward peak; the backward loop's tape
+      on its ``B`` peak (the body reads its tape as a slice, live to the loop's end, and
+      cannot free it early as ``bwd_tmp`` credits).
+    * ``jax.checkpoint`` per layer (``(1,)``): the backward loop's final carry on the ``B``
+      peak.
+    * unrolled pieces (one level of at most ``unroll`` layers, or two with ``j <=
+      unroll``), by op (:func:`jaxremat.scan.simulate.unrolled_peak`): the outer loop's
+      carry and the segment's ``k P`` on every op, each ``B`` op's parameter gradients,
+      and a scan of ``m >= 2`` equal checkpointed pieces' loop terms where it runs.
+    * two levels ``(k, j)`` of scanned stored runs under a reshaped top level, without a
+      scan of checkpointed pieces, by op (:func:`jaxremat.scan.simulate.scanned_runs_peak`):
+      the runs' stacked tapes and carries where they run, ``3 x`` (the GPT-2 block's inner
+      scan hoists loop invariants), the segment's ``k P`` once, the policy's gradients; the
+      least of that and the whole-peak terms below.
+    * the others, on the whole peak: ``2 x`` per level (the segment's input and the
+      carry); one ``tape`` for a scan of stored layers, or, where the innermost runs are
+      unrolled, one carry less and ``k P`` for their parameter slices (copies); a top level
+      that splits the parameters (not :func:`jaxremat.scan.members.reshaped`) twice
+      ``L P`` (pieces and gradient pieces before their concatenation; once for unrolled
+      pieces, whose gradients are counted by op), two levels twice ``k P``. For one
+      reshaped level of scanned stored runs, at least the chain's peak in the
+      recomputations (:func:`jaxremat.scan.simulate.phase_peaks`) plus one ``tape``, the
+      outer loop's carry and ``invariant_bytes``: the inner loops' hoisted invariants, live
+      through the segment's recomputation and backward (the GPT-2 block's causal mask
+      broadcasts), which the whole-peak terms missed by 512 B where that phase peaks.
+    * under a policy (option >= 1), every kind but the first two: ``grad_bytes``, the
+      gradients a backward loop's body holds at its layer's backward peak beside the
+      stacked rows (``bwd_tmp`` counts none).
 
-    Measured (``benchmarks/scan_prediction.py``, benchmarks/RESULTS.md, branch scan012):
-    exact for both on the MLP blocks and the GPT-2 block under every policy, on JAX 0.10.2
-    and 0.12; an upper bound on the plain scan with whole tapes where the profile's tape
-    holds what the scan does not stack (the GPT-2 block's causal mask, hoisted out of the
-    loop: 0.97 at L = 8, 16; the pre-LayerNorm MLP: 0.96). Before, one tape on the whole
-    peak was exact on JAX 0.10.2 only because the chain's backward peak (``bwd_tmp``: one
-    activation on the MLP block) made up for the forward's carry; JAX 0.12 saves ``tanh``'s
-    ``1 - y**2`` in the forward, its pullback multiplies once (``bwd_tmp`` 0), and the plain
-    scan measured one activation above the prediction.
-
-    * unrolled pieces (:func:`_unrolled_pieces`: one level of segments of ``k <= unroll``
-      layers, or two levels ``(k, j)``, ``j <= unroll``): the outer backward loop's
-      carry and the segment's parameters once (``k`` layers: slices of the unrolled layers,
-      and for two levels the split pieces, live from the segment's start to its backward),
-      on the chain's peak with each ``B`` op's parameter gradients
-      (:func:`jaxremat.scan.simulate.unrolled_peak`: the gradients of the run's layers
-      already through their ``B``, each padded into the run's rows, and in a checkpointed
-      piece those of the last piece, not yet concatenated). Measured (benchmarks/RESULTS.md,
-      branch scanphase): ``4 > 2`` and ``2 > 1`` within four bias vectors of the meter on the
-      MLP blocks with whole tapes on JAX 0.10.2 (before: 1.5x the measurement on the
-      residual MLP block), within one activation on 0.12; an upper bound where the
-      parameters outweigh an activation (width 32 at batch 8: segments of two measured
-      1.32x the prediction before the gradients were counted). Where a segment's ``m >= 2``
-      equal checkpointed pieces run as a ``lax.scan`` (``8 > 2``, ``4 > 1``), the ops of
-      those pieces also count that loop's terms by phase (``unrolled_peak``: in their
-      recomputation and backward its two carries, its ``m`` pieces' stacked parameter
-      gradients and the segment's input stored again; in their forwards the stacked
-      inputs and the carry). Measured (benchmarks/RESULTS.md, branch scanpeak): ``8 > 2``
-      within 512 B of the meter on the MLP block, whole tape, on JAX 0.10.2 and 0.12
-      (0.96 and 0.92 before, the pieces' loop taken on the whole peak as two activations
-      and the split parameters twice). ``loop_margin(..., floor=True)`` is what every
-      phase holds (``x``, the split, and the ``k`` layers' parameters but for two levels
-      below a top level that splits them): a lower bound the search prunes with without
-      simulating (:func:`choose`'s ``margin_floor``; for the scanned runs below,
-      ``min(whole, tape + 4 x + k P + leaf)``).
-
-    The other members, on the whole peak: per checkpointing level the segment's input (its
-    residual) and the carry, ``2 x``; for the scan of layers that store their tapes, one
-    layer's tape under the member's option. When the innermost runs are unrolled (of at
-    most ``unroll`` layers), no tape term and one carry less for the last level (no loop
-    inside its pieces), but each unrolled layer's parameter slices (copies of rows of the
-    stacked parameters, live from the recomputation to its backward): ``k`` layers'
-    parameters for pieces of ``k``. Without that term segments of two measured up to 40%
-    above the prediction on layers whose parameters outweigh an activation (a GPT-2 block
-    at ``unroll=2``; 1-3% on the transformer MLP blocks ``unroll="auto"`` unrolls). A level
-    that does not reshape the parameters (:func:`jaxremat.scan.members.reshaped`) splits
-    them (``lax.split``) and the meter counts the pieces and the gradient pieces before
-    their concatenation: twice the parameters it cuts (all ``L`` layers at the top level,
-    a segment's below it; for the unrolled pieces taken by phase, the top level's pieces
-    once, each layer holding its parameter piece or, once its chunk's backward ran, its
-    gradient chunk, and only in a scan of equal top segments its stacked gradients and its
-    segment's split pieces beside them, :func:`jaxremat.scan.simulate.unrolled_peak`:
-    GPT-2 ``6 > 2`` at L = 8, unroll 2, 0.63 -> 0.81 (branch scanpeak) -> 0.98 (branch
-    scanpeak2) of the meter). Under a policy (option >= 1) with at least one level, one
-    parameter leaf more (the largest): the meter found up to one leaf more than the rest
-    of the margin (one weight matrix for ``k > 1`` with ``k`` a scan of one-layer pieces;
-    the residual MLP block, ``tests/test_scan_margin.py``). An upper bound on every member
-    of one or two levels of small families (L = 4, 6; the MLP, element-wise, transformer
-    MLP and GPT-2 blocks of ``tests/test_scan_margin.py`` and ``benchmarks/scan_depth.py``,
-    ``unroll`` 0 and 2), but for one vector parameter's broadcast (a LayerNorm scale:
-    128-512 B) on a few GPT-2 members; exact for one reshaped level of scanned runs on the
-    MLP block. Not counted for these: the gradients of unrolled layers' parameter slices
-    (counted by phase for the unrolled pieces above). Where the margin is loose the least
-    budget named is the measured peak (:meth:`RematScan._fit`), which also takes any excess
-    of the meter over the prediction off the budget and chooses again.
-
-    * two levels ``(k, j)`` whose inner runs are scans of stored layers (``j > unroll``),
-      under a reshaped top level and without a scan of checkpointed pieces
-      (:func:`_scanned_runs`: the GPT-2 block's ``4 > 2`` at ``unroll=0``, ``8 > 4`` at
-      unroll 2), by op (:func:`jaxremat.scan.simulate.scanned_runs_peak`): at the ops of
-      those runs after the loss their loops' terms (stacked tapes and carries; at ``B``
-      the gradient rows), plus ``3 x``, the segment's ``k`` layers' split parameters once
-      (each layer holds its piece of them or, after its piece's backward, its gradient
-      piece), the policy's leaf and, in a checkpointed piece, its input stored again; the
-      other ops keep the terms above on their own candidates; the least of that and the
-      terms above on the whole peak (both upper bounds). The meter's peak per phase
-      (benchmarks/RESULTS.md, branch scanpeak2): the runs' forwards are exact on the
-      GPT-2 block (``4 > 2``, L = 8, whole tape) and two activations over on the MLP
-      block; their backwards are over by what the layer's backward frees of its tape
-      early, which the loop body cannot (the term is one tape: 30 of the GPT-2 block's
-      41.6 activations). GPT-2 ``4 > 2`` 0.86 -> 0.92 (whole tape), 0.89 -> 0.98
-      (``dots_saveable``); MLP ``8 > 4`` 0.85 -> 0.91."""
+    ``floor=True``: what every phase holds (``x``, the split, ``k P`` but for two levels
+    below a splitting top); for scanned runs ``min(whole, tape + 4 x + k P +
+    grad_bytes)``. Where the margin is loose, :meth:`RematScan._fit` still measures the
+    member chosen and names its measured peak as the least budget."""
     x = float(chain.x_size[0])
     L = chain.length
     sizes = tuple(k for k in member.sizes if k < L)
@@ -281,10 +226,9 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         if not sizes:  # the plain scan
             return max(forward + tape + x, backward + tape) - peak
         return max(forward, recompute, backward + x) - peak  # jax.checkpoint per layer
-    # under a policy (option >= 1), a parameter slice a layer's jax.checkpoint saves for
-    # its backward: an input of the layer, which the chain's profile does not count
-    leaf = param_bytes if leaf_bytes is None else leaf_bytes
-    split = leaf if member.option else 0.0
+    # under a policy, the gradients the backward loop's body holds at its peak (docstring)
+    grads = (param_bytes if grad_bytes is None else grad_bytes) if member.option else 0.0
+    split = grads
     if not reshaped(L, sizes):
         split += 2 * L * param_bytes
     if _unrolled_pieces(sizes, unroll):  # by phase (docstring)
@@ -293,8 +237,8 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         if floor:  # the terms every phase holds: the chain's peak is one of the phases'
             replaced = len(sizes) == 2 and not reshaped(L, sizes)  # (unrolled_peak)
             return x + (0.0 if replaced else sizes[0] * param_bytes) + split
-        peak, grads = unrolled_peak(chain, member, param_bytes)
-        return grads - peak + x + split
+        peak, with_gradients = unrolled_peak(chain, member, param_bytes)
+        return with_gradients - peak + x + split
     loops = 2 * x * len(sizes)
     whole_tape = tape
     if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop inside the last
@@ -303,10 +247,14 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     if len(sizes) > 1:
         split += 2 * sizes[0] * param_bytes
     whole = tape + loops + split
+    if invariant_bytes and not floor and len(sizes) == 1 and tape and reshaped(L, sizes):
+        forward, recompute, backward = phase_peaks(chain, member)  # by phase (docstring)
+        peak = max(forward, recompute, backward)
+        whole = max(whole, recompute + tape + x + invariant_bytes + split - peak)
     if not _scanned_runs(L, sizes, unroll):
         return whole
     # by op (docstring): the split pieces once, the runs' loops where they run
-    common = 3 * x + sizes[0] * param_bytes + (leaf if member.option else 0.0)
+    common = 3 * x + sizes[0] * param_bytes + grads
     if floor:  # where the chain peaks: at a run's op (one tape, x at least) or elsewhere
         return min(whole, whole_tape + x + common)
     peak, in_runs, other = scanned_runs_peak(chain, member, param_bytes, whole_tape, common)

@@ -52,12 +52,14 @@ from ..sequence.plan import check_settings
 from ..sequence.policies import check_policies
 from ..sequence.profile import profile_sequence
 from .family import FamilyInfeasible, choose, loop_margin, member_schedule
+from .held import held_gradient_bytes, loop_invariant_bytes
 from .members import UNROLL, NestedScan, auto_unroll, check_unroll, pieces, reshaped, runs
 from .plan import ScanPlan, option_policies
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
 
-__all__ = ["RematScan", "ScanPlan", "remat_scan", "program_size", "SCAN_METHODS", "loop_margin"]
+__all__ = ["RematScan", "ScanPlan", "remat_scan", "program_size", "SCAN_METHODS", "loop_margin",
+           "margin_bytes"]
 
 SCAN_METHODS = ("rotor", "none", "every_layer", "sqrt")
 """``"rotor"``: the best nested-scan plan; the others are fixed members: store every tape,
@@ -161,6 +163,21 @@ def _stored(layer: Callable, policy: Callable | None) -> Callable:
     ``jax.checkpoint`` with ``policy`` (a chain option; no CSE across scan iterations, so
     ``prevent_cse`` is not needed: jax.checkpoint docs)."""
     return layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
+
+
+def margin_bytes(layer: Callable, params: Any, x: Any,
+                 policies: tuple[Callable | None, ...]) -> dict[str, float]:
+    """The keyword arguments :func:`jaxremat.scan.family.loop_margin` takes for ``layer``
+    (one layer's ``params``, input ``x``; :mod:`jaxremat.scan.held`): ``param_bytes``;
+    ``grad_bytes``, the parameter gradients its backward holds at its peak under the
+    policies of options 1 and up (the most; 0 without such options); ``invariant_bytes``,
+    the loop invariants a scan of it hoists (the most over the options). ``policies``: per
+    option, as :func:`jaxremat.scan.plan.option_policies` gives them."""
+    stored = [_stored(layer, policy) for policy in policies]
+    return {"param_bytes": sum(math.prod(s.shape) * s.dtype.itemsize
+                               for s in jax.tree.leaves(params)),
+            "grad_bytes": max((held_gradient_bytes(f, params, x) for f in stored[1:]), default=0),
+            "invariant_bytes": max(loop_invariant_bytes(f, params, x) for f in stored)}
 
 
 def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: int,
@@ -336,19 +353,16 @@ class RematScan:
                                    policies=self._policies)
         self.profile_count += 1
         chain = _whole_inputs(profile.chain)
-        param_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one))
-        leaf_bytes = max((math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(one)),
-                         default=0)
+        policies = option_policies(profile.layers[0])
+        sizes = {name: value / batch for name, value in
+                 margin_bytes(self._layer, one, abstract_x, policies).items()}
         # once per member for this plan: the search and _fit's rounds ask again, and the
         # plain scan's and checkpoint-per-layer's terms simulate the chain (by phase)
-        margin = functools.cache(functools.partial(
-            loop_margin, chain, param_bytes=param_bytes / batch, unroll=unroll,
-            leaf_bytes=leaf_bytes / batch))
+        margin = functools.cache(functools.partial(loop_margin, chain, unroll=unroll, **sizes))
         margin_floor = functools.cache(functools.partial(  # the search's pruning: cheaper
-            loop_margin, chain, param_bytes=param_bytes / batch, unroll=unroll,
-            leaf_bytes=leaf_bytes / batch, floor=True))
+            loop_margin, chain, unroll=unroll, floor=True, **sizes))
         measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
-                                    option_policies(profile.layers[0]), unroll)
+                                    policies, unroll)
         if not is_share(self._budget):  # bytes: no need to measure the plain scan
             budget = parse_budget(self._budget)
         else:
