@@ -434,3 +434,22 @@ def test_auto_unroll_follows_the_layer_size(fn, unroll, scans):
 def test_bad_unroll_names_the_choices(bad):
     with pytest.raises(ValueError, match="auto.*integer >= 0"):
         jaxremat.remat_scan(layer, "50%", unroll=bad)
+
+
+def test_a_new_budget_reuses_the_loop_margins_measurements(monkeypatch):
+    """The margin's sizes (:func:`jaxremat.scan.remat.margin_bytes`, six traces) are measured
+    once per layer, shapes and options: a second ``remat_scan`` of the same layer at another
+    budget plans without measuring them again, and gets the same sizes."""
+    from jaxremat.scan import remat as scan_remat
+
+    params, x = stack(6), jax.random.normal(jax.random.PRNGKey(1), (4, 8))
+    fresh = lambda p, h: layer(p, h)  # noqa: E731 - a function no other test planned
+    calls = []
+    measure = scan_remat.margin_bytes
+    monkeypatch.setattr(scan_remat, "margin_bytes",
+                        lambda *args: calls.append(args) or measure(*args))
+    first = jaxremat.remat_scan(fresh, "90%").plan(params, x)
+    assert len(calls) == 1
+    second = jaxremat.remat_scan(fresh, "100%").plan(params, x)
+    assert len(calls) == 1
+    assert first.member is not None and second.member is not None

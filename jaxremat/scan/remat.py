@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import weakref
 from typing import Any, Callable
 
 import jax
@@ -46,6 +47,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr
 import solver
 from solver import Chain, Schedule
 
+from ..lru import LRU
 from ..budget import check_budget, is_share, parse_budget, resolve_budget
 from ..measure.meter import activation_memory
 from ..sequence.plan import check_settings
@@ -178,6 +180,26 @@ def margin_bytes(layer: Callable, params: Any, x: Any,
                                for s in jax.tree.leaves(params)),
             "grad_bytes": max((held_gradient_bytes(f, params, x) for f in stored[1:]), default=0),
             "invariant_bytes": max(loop_invariant_bytes(f, params, x) for f in stored)}
+
+
+_MARGINS = LRU(64)  # (layer id, signatures, options) -> (weak reference, margin_bytes)
+
+
+def _margin_sizes(layer: Callable, params: Any, x: Any, policies: tuple[Callable | None, ...],
+                  names: tuple[str, ...]) -> dict[str, float]:
+    """:func:`margin_bytes`, remembered per layer, shapes and options (``names``): its six
+    traces cost a quarter of a plan whose profile is cached (a new budget, a new
+    ``RematScan`` of the same layer)."""
+    key = (id(layer), signature(params), signature(x), names)
+    found = _MARGINS.get(key)
+    if found is not None and found[0]() is layer:  # not a dead function's id, reused
+        return found[1]
+    sizes = margin_bytes(layer, params, x, policies)
+    try:
+        _MARGINS.put(key, (weakref.ref(layer), sizes))
+    except TypeError:  # no weak references: not kept across calls
+        pass
+    return sizes
 
 
 def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: int,
@@ -355,7 +377,8 @@ class RematScan:
         chain = _whole_inputs(profile.chain)
         policies = option_policies(profile.layers[0])
         sizes = {name: value / batch for name, value in
-                 margin_bytes(self._layer, one, abstract_x, policies).items()}
+                 _margin_sizes(self._layer, one, abstract_x, policies,
+                               profile.layers[0].option_names).items()}
         # once per member for this plan: the search and _fit's rounds ask again, and the
         # plain scan's and checkpoint-per-layer's terms simulate the chain (by phase)
         margin = functools.cache(functools.partial(loop_margin, chain, unroll=unroll, **sizes))
