@@ -2,7 +2,7 @@
 
     python benchmarks/policies.py [--models gpt,mlp,conv,gpt_blocks] [--costs flops|static|measured]
         [--fractions 0.25,0.4,0.6,0.8] [--policies default,ranked,...] [--bare] [--scale N]
-        [--device-columns auto|on|off]
+        [--device-columns auto|on|off] [--oracle [missed|all]] [--oracle-time-limit S]
 
 For each model (``gpt``, ``mlp``, ``conv``: the builders of ``benchmarks/jax_memory.py``;
 ``gpt_blocks``: a GPT-2-style decoder written here as a user would, each whole block one
@@ -32,6 +32,15 @@ plan's overhead, the dynamic program's optimum at the same budget with 5000 slot
 the cheapest fitting uniform policy's predicted overhead; where even the optimum is above
 that half, no mix of the menu's options reaches the target in the model.
 ``--bare`` adds jaxremat's flops with ``policies=()`` (the whole tape only).
+``--oracle`` adds, on the rows that miss the half-overhead target (``--oracle all``: on
+every row), a lower bound on the chain model's optimum over every schedule of the same
+chain, options included, at the same budget (:func:`solver.chain_time_bound`, an integer
+program solved by HiGHS; Checkmate's ILP, ``solve(method="ilp")``, refuses chains with
+options or tapes), as overheads: the bound, the DP's plan and the half target, then the
+verdict: "DP optimal" when the bound meets the DP's plan (it is then the optimum over every
+schedule), else "DP above the bound by X"; and "target below the model's optimum" when the
+bound exceeds the half target (no plan over this menu reaches it); then the seconds the
+bound took (``--oracle-time-limit``).
 ``--policies`` names the menus jaxremat plans with (:data:`MENUS`; one table per menu, the
 uniform policies measured once): ``default``, ``none`` (the whole tape only), ``ranked``
 (the default and ``"dots_ranked"``, issue 17.6), ``plus`` (the default and ``"dots_plus"``),
@@ -165,6 +174,27 @@ def model_overheads(plan, best_schedule) -> str:
     return f"{plan.schedule.time / base - 1:.4f} / {fine / base - 1:.4f} / {half}"
 
 
+def oracle_cell(plan, best_schedule, time_limit) -> str:
+    """The model's overheads ``bound / DP's plan / half target`` at the plan's budget, the
+    verdict and the bound's time (:func:`solver.chain_time_bound`: at most the time of
+    every schedule of the chain, persistent or not, within the budget)."""
+    chain, budget = plan.chain, plan.budget / plan.batch_size
+    base = float(chain.fwd_time.sum() + chain.bwd_time.sum())
+    bound = solver.chain_time_bound(chain, budget, time_limit=time_limit)
+    low, dp = bound.time / base - 1, plan.schedule.time / base - 1
+    half = None if best_schedule is None else (best_schedule.time / base - 1) / 2
+    exact = plan.schedule.time <= bound.time * (1 + 1e-9)
+    verdict = "DP optimal" if exact else f"DP above the bound by {dp - low:.4f}"
+    if half is not None and low > half + 1e-12:
+        verdict += "; target below the model's optimum: no plan over this menu reaches it"
+    elif half is not None and dp <= half + 1e-12:
+        verdict += "; its plan meets the target in the model"
+    if not bound.optimal:
+        verdict += " (time limit: HiGHS's dual bound)"
+    return (f"{low:.4f} / {dp:.4f} / {'-' if half is None else f'{half:.4f}'}: {verdict} "
+            f"({bound.seconds:.2f} s)")
+
+
 def measure(run, params, x):
     """``(activation memory, flops)`` of the training step through ``run``."""
     loss = _loss(run)
@@ -241,8 +271,9 @@ def menu_table(menu, layers, params, x, plain_mem, plain_flops, rows, device, ar
           "| <= cheapest | <= half its overhead | model overhead: plan / 5000 slots / half "
           "target |" + (" without options |" if args.bare else "")
           + (" its temp MiB | its step ms | jaxremat temp MiB | jaxremat step ms "
-             "| step / its |" if args.gpu else ""))
-    print("|---" * (11 + args.bare + 5 * args.gpu) + "|")
+             "| step / its |" if args.gpu else "")
+          + (" oracle: model bound / plan / half target |" if args.oracle else ""))
+    print("|---" * (11 + args.bare + 5 * args.gpu + bool(args.oracle)) + "|")
     for label, budget, at_uniform in sorted(budgets, key=lambda b: b[1]):
         fitting = [(f, n) for n, (m, f) in rows.items() if m <= budget]
         best = min(fitting) if fitting else None
@@ -254,20 +285,25 @@ def menu_table(menu, layers, params, x, plain_mem, plain_flops, rows, device, ar
             mem, flops = measure(seq, params, x)
         except solver.InfeasibleBudget as error:
             cells += ([f"infeasible (min {error.min_budget / plain_mem:.1%})"]
-                      + ["-"] * (6 + args.bare + 5 * args.gpu))
+                      + ["-"] * (6 + args.bare + 5 * args.gpu + bool(args.oracle)))
             print("| " + " | ".join(cells) + " |")
             continue
         ratio = flops / plain_flops
         plan = seq.cached_plans[-1]
         used = sorted({o for o in plan.options if o != "everything"}) or ["-"]
+        targets = _targets(ratio, mem, budget, best, at_uniform)
         cells += [f"{mem / plain_mem:.1%}", f"{ratio:.3f}", ", ".join(used), plan.schedule.method,
-                  *_targets(ratio, mem, budget, best, at_uniform),
-                  model_overheads(plan, predictions[best[1]] if best else None)]
+                  *targets, model_overheads(plan, predictions[best[1]] if best else None)]
         if args.bare:
             cells.append(_without_options(layers, budget, args, params, x, plain_flops))
         if args.gpu:
             cells += _device_cells(device[best[1]] if best else None,
                                    device_columns(seq, params, x))
+        if args.oracle:
+            missed = targets[1] == "NO"
+            cells.append(oracle_cell(plan, predictions[best[1]] if best else None,
+                                     args.oracle_time_limit)
+                         if missed or args.oracle == "all" else "-")
         print("| " + " | ".join(cells) + f" |   ({time.perf_counter() - start:.1f} s)")
     print("\nuniform policies: measured memory and flops, and the chain's predicted peak of "
           "the same plan (why jaxremat may not reach it at that budget):")
@@ -296,6 +332,12 @@ def main() -> None:
                         help=f"jaxremat's menus, comma-separated, one table each: {sorted(MENUS)}")
     parser.add_argument("--bare", action="store_true",
                         help="add jaxremat's flops with policies=() (the whole tape only)")
+    parser.add_argument("--oracle", nargs="?", const="missed", choices=("missed", "all"),
+                        help="a lower bound on the chain model's optimum (solver.chain_time_bound) "
+                        "beside the DP's plan and the half target, on the rows that miss it "
+                        "(or all rows)")
+    parser.add_argument("--oracle-time-limit", type=float, default=60.0,
+                        help="seconds HiGHS may spend on each row's bound")
     parser.add_argument("--scale", type=int, default=1, help="multiplies the batch size")
     parser.add_argument("--device-columns", choices=("auto", "on", "off"), default="auto",
                         help="compiled temp memory and step time: auto = on a GPU/TPU only")
