@@ -21,7 +21,11 @@ a sibling option would give back (a searched policy keeping 0.2% more than
 budget, and the rounded sizes reject the plan of ``dots_saveable`` at the budget itself).
 :func:`shrink_options` repairs such a plan: it swaps the options of its stored layers for
 smaller ones, those costing the least time per byte first, until the plan fits, a knapsack's
-greedy order (Dantzig, Operations Research 5(2), 1957) checked with the simulator.
+greedy order (Dantzig, Operations Research 5(2), 1957) checked with the simulator. A layer
+steps down the lower hull of its options' (bytes saved, time added), so one swapped already
+may be swapped again for a larger saving (the multiple-choice knapsack's greedy, Sinha and
+Zoltners, Operations Research 27(3), 1979): plans over by the sum of many layers' largest
+savings are repaired too.
 """
 
 from __future__ import annotations
