@@ -66,9 +66,22 @@ The dependence of ``H_i`` on layer ``i+1``'s case is linearised with continuous 
 Forward temporaries and every other stored value are left out: a bound only needs moments
 every sequence has.
 
+**Rebuilt inputs.** A rebuilt layer's ``F*(i)`` (after ``loss*``) reads a copy of ``x[i]``
+not cut by any ``F_all(i)`` (the simulator refuses that), at most by ``x_rec_size``. Either
+that copy was produced before ``loss*`` (``Y_i = 0``; always for ``i = 0``, and when layer
+``i-1`` is simple, its only output): then at ``loss*`` it holds ``max_cut - x_rec_free``
+more than the copy the ``H_{i-1}`` term may count (``F_i``), and at each ``B*(j)``, ``j > i``,
+either it is still stored or ``F*(i)`` has run and its tape is (``E_i``, the smaller); or a
+forward of layer ``i-1`` produced it after ``loss*`` (``Y_i = 1``): free in the bound when
+that layer's case already runs such a forward, and when it is ``tape_again`` with an option
+that keeps its output outside the tape, at least ``min(f_{i-1}, fwd_time - t(k))`` more
+(``P_i``): ``F*(i-1)`` stores ``x[i]`` only while ``g[i]`` is not stored, at its
+``fwd_time``, else another forward runs.
+
 **Program.** One binary per layer, option and case (exactly one per layer), continuous
-``H_i``, the tape term of each ``B*(j)`` row and ``x[0]``'s size; minimise the time above
-under the ``L + 1`` memory rows. Each sequence maps to a feasible point of no larger
+``H_i``, the tape term of each ``B*(j)`` row and ``x[0]``'s size, and the rebuilt inputs'
+``Y_i``, ``F_i``, ``E_i``, ``P_i``; minimise the time above (with ``P``) under the ``L + 1``
+memory rows. Each sequence maps to a feasible point of no larger
 objective, so the optimum bounds every sequence (the bound returned is HiGHS's proven
 dual bound). When the best sequence is a persistent plan that keeps every layer's tape
 (every layer simple: the usual optimum between the uniform policies' memories) and no
@@ -139,6 +152,8 @@ class _Columns:
     cut: np.ndarray  # the most this layer's forwards cut from a copy of x[layer]
     tape_before: np.ndarray  # F*(i) before loss*
     output_before: np.ndarray  # X*(i+1) produced before loss*
+    fwd: np.ndarray  # the option's fwd_time
+    tape_time: np.ndarray  # min(fwd_tape_time, fwd_time) of the option
 
     @classmethod
     def of(cls, chain: Chain, max_cut: np.ndarray) -> tuple["_Columns", np.ndarray]:
@@ -172,9 +187,36 @@ class _Columns:
                         continue  # X*(L) is read by loss*: produced before it
                     cut = chain.option_x_free[i, k] if case == 0 else max_cut[i]
                     rows.append((i, k, case, c.bwd_time + more, c.tape_size, c.output_in_tape,
-                                 c.bwd_tmp, cut, case <= 2, case in (0, 1, 3)))
+                                 c.bwd_tmp, cut, case <= 2, case in (0, 1, 3), c.fwd_time, t))
         fields = [np.array(column) for column in zip(*rows)]
         return cls(*fields), first
+
+
+def _rebuilt_inputs(chain: Chain, col: _Columns, first: np.ndarray, max_cut: np.ndarray,
+                    add_ge, variables: tuple[int, int, int, int]) -> None:
+    """The rows of the input a rebuilt layer's ``F*(i)`` reads (module docstring, "Rebuilt
+    inputs"): per layer the binary ``Y_i`` (that input produced after ``loss*``) and the
+    continuous ``F_i`` (bytes at ``loss*``), ``E_i`` (at each ``B*(j)``, ``j > i``) and
+    ``P_i`` (time), through ``add_ge(coefficients, z, low)``."""
+    Y, F, E, P = variables
+    rebuilt = ~col.tape_before
+    for i in range(chain.length):
+        mine = (col.layer == i) & rebuilt
+        previous = col.layer == i - 1
+        simple = np.where(previous & (col.case == 0), 1.0, 0.0)
+        # Y_i <= rebuilt_i, and <= 1 - simple_{i-1} (Y_0 = 0: x[0] is never produced)
+        add_ge({Y + i: -1.0}, np.where(mine, 1.0, 0.0), 0.0)
+        add_ge({Y + i: -1.0}, -simple, -1.0 if i else 0.0)
+        more = max_cut[i] - min(chain.x_rec_free[i], max_cut[i])
+        tape = np.maximum(col.tape - np.where(col.in_tape, max_cut[i + 1], 0.0), 0.0)
+        # F_i >= more (rebuilt_i - Y_i); E_i >= sum e z - max(e) Y_i
+        add_ge({F + i: 1.0, Y + i: more}, np.where(mine, -more, 0.0), 0.0)
+        e = np.where(mine, np.minimum(more, tape), 0.0)
+        add_ge({E + i: 1.0, Y + i: float(e.max())}, -e, 0.0)
+        if i:  # P_i >= w of layer i-1's choice - max(w) (1 - Y_i)
+            w = np.where(previous & (col.case == 3) & ~col.in_tape,
+                         np.minimum(first[i - 1], col.fwd - col.tape_time), 0.0)
+            add_ge({P + i: 1.0, Y + i: -float(w.max())}, -w, -float(w.max()))
 
 
 def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -> ChainBound:
@@ -182,7 +224,7 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
 
     See the module docstring for the program and the proof. The chain may use every field
     of :class:`~solver.chain.chain.Chain` (options, tapes, temporaries, tape-only forwards,
-    inputs read in part). The program has about ``5 * sum(num_options) + 2 L`` variables:
+    inputs read in part). The program has about ``5 * sum(num_options) + 6 L`` variables:
     0.01-0.2 s on 8-16 profiled layers, 0.5-6 s on random chains of 200 layers with 4
     options (where the best schedules recompute, the bound is loose: 0.75-0.82 of the DP's
     time on those chains).
@@ -201,9 +243,10 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
     max_cut = _max_cut(chain)
     col, first = _Columns.of(chain, max_cut)
     n = len(col.layer)
-    # variables: [z (n binaries) | H_0 .. H_{L-1} | T_0 .. T_{L-1} | X0]
-    nv = n + 2 * L + 1
+    # variables: [z (n binaries) | H | T | X0 | Y (L binaries) | F | E | P], per layer
+    nv = n + 6 * L + 1
     H, T, X0 = n, n + L, n + 2 * L
+    Y, F, E, P = n + 2 * L + 1, n + 3 * L + 1, n + 4 * L + 1, n + 5 * L + 1
     before = col.tape_before & col.in_tape  # x[i+1] possibly inside F*(i)'s tape
     copy = col.output_before & ~before  # X*(i+1) counted on its own
     next_cut = np.zeros((L, n))  # row i: what layer i+1's choice cuts from x[i+1]
@@ -234,11 +277,13 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
         add_ge({T + i: 1.0}, -(t - np.where(mine & col.in_tape, max_cut[i + 1], 0.0)), 0.0)
     # X0 >= x[0] less what layer 0's forwards cut
     add_ge({X0: 1.0}, np.where(col.layer == 0, col.cut, 0.0), xs[0])
+    _rebuilt_inputs(chain, col, first, max_cut, add_ge, (Y, F, E, P))
 
     le_rows, le_high = [], []
     row = np.zeros(nv)  # loss*
     row[H:H + L] = 1.0
     row[X0] = 1.0
+    row[F:F + L] = 1.0
     row[:n] -= np.where((col.layer == L - 1) & before, xs[L], 0.0)
     le_rows.append(row)
     le_high.append(budget - 2 * xs[L])
@@ -247,6 +292,7 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
         row[H:H + j] = 1.0
         row[T + j] = 1.0
         row[X0] = 1.0
+        row[E:E + j] = 1.0
         high = budget - xs[j + 1] - xs[j]
         if j >= 1:  # X*(j), unless counted in H_{j-1}
             x_min = xs[j] - max_cut[j]
@@ -263,9 +309,12 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
     least = np.array([col.time[col.layer == i].min() for i in range(L)])
     total = float(first.sum() + least.sum())
     unit = total * 1e-9 if total > 1e-290 else 1.0
-    objective = np.concatenate([(col.time - least[col.layer]) / unit, np.zeros(2 * L + 1)])
-    integrality = np.concatenate([np.ones(n), np.zeros(2 * L + 1)])
-    upper = np.concatenate([np.ones(n), np.full(2 * L + 1, np.inf)])
+    objective = np.concatenate([(col.time - least[col.layer]) / unit, np.zeros(nv - n)])
+    objective[P:P + L] = 1.0 / unit
+    integrality = np.concatenate([np.ones(n), np.zeros(nv - n)])
+    integrality[Y:Y + L] = 1
+    upper = np.concatenate([np.ones(n), np.full(nv - n, np.inf)])
+    upper[Y:Y + L] = 1.0
     result = optimize.milp(objective, constraints=constraints, integrality=integrality,
                            bounds=optimize.Bounds(np.zeros(nv), upper),
                            options={"time_limit": time_limit, "mip_rel_gap": 0.0})
