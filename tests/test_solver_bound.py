@@ -36,7 +36,7 @@ def test_never_above_the_exhaustive_optimum(chain, data):
     assert bound.time <= best + 1e-9 * max(1.0, best if math.isfinite(best) else 1.0)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(option_chains(max_layers=4, max_options=3), st.data())
 def test_never_above_the_dp(chain, data):
     budget = max(1, data.draw(_budgets(chain)))

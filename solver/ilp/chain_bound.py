@@ -225,9 +225,9 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
     See the module docstring for the program and the proof. The chain may use every field
     of :class:`~solver.chain.chain.Chain` (options, tapes, temporaries, tape-only forwards,
     inputs read in part). The program has about ``5 * sum(num_options) + 6 L`` variables:
-    0.01-0.2 s on 8-16 profiled layers, 0.5-6 s on random chains of 200 layers with 4
-    options (where the best schedules recompute, the bound is loose: 0.75-0.82 of the DP's
-    time on those chains).
+    0.01-2 s on 8-16 profiled layers, 0.4-3.5 s on random chains of 200 layers with 4
+    options (where the best schedules recompute much, the bound can be loose: 0.80-0.82 of
+    the DP's time on those chains).
 
     Raises:
       TypeError: ``chain`` is not a :class:`~solver.chain.chain.Chain`.
