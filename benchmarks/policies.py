@@ -2,7 +2,8 @@
 
     python benchmarks/policies.py [--models gpt,mlp,conv,gpt_blocks] [--costs flops|static|measured]
         [--fractions 0.25,0.4,0.6,0.8] [--policies default,ranked,...] [--bare] [--scale N]
-        [--device-columns auto|on|off]
+        [--device-columns auto|on|off] [--oracle [missed|all]] [--oracle-time-limit S]
+        [--finer]
 
 For each model (``gpt``, ``mlp``, ``conv``: the builders of ``benchmarks/jax_memory.py``;
 ``gpt_blocks``: a GPT-2-style decoder written here as a user would, each whole block one
@@ -32,6 +33,19 @@ plan's overhead, the dynamic program's optimum at the same budget with 5000 slot
 the cheapest fitting uniform policy's predicted overhead; where even the optimum is above
 that half, no mix of the menu's options reaches the target in the model.
 ``--bare`` adds jaxremat's flops with ``policies=()`` (the whole tape only).
+``--oracle`` adds, on the rows that miss the half-overhead target (``--oracle all``: on
+every row), a lower bound on the chain model's optimum over every schedule of the same
+chain, options included, at the same budget (:func:`solver.chain_time_bound`, an integer
+program solved by HiGHS; Checkmate's ILP, ``solve(method="ilp")``, refuses chains with
+options or tapes), as overheads: the bound, the DP's plan and the half target, then the
+verdict: "DP optimal" when the bound meets the DP's plan (it is then the optimum over every
+schedule), else "DP above the bound by X"; and "target below the model's optimum" when the
+bound exceeds the half target (no plan over this menu reaches it); then the seconds the
+bound took (``--oracle-time-limit``).
+``--finer`` measures the first layer's options between ``dots_saveable`` and its whole tape
+(:func:`finer_policies`: the ``dots_plus`` search's candidates, greedy unions with no limit
+on the tape) and adds a table with menu ``finer``: the default menu and all of those
+unions, applied to every layer (issue 17.6: would a finer option reach the target?).
 ``--policies`` names the menus jaxremat plans with (:data:`MENUS`; one table per menu, the
 uniform policies measured once): ``default``, ``none`` (the whole tape only), ``ranked``
 (the default and ``"dots_ranked"``, issue 17.6), ``plus`` (the default and ``"dots_plus"``),
@@ -62,8 +76,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import solver  # noqa: E402
 from jax_memory import MODELS, _flops, _loss, _plain, compiled_columns  # noqa: E402
 from jaxremat import activation_memory, remat_sequence  # noqa: E402
+from jaxremat.measure.costs import count_jaxpr  # noqa: E402
+from jaxremat.measure.trace import trace_layer  # noqa: E402
 from jaxremat.sequence.options import option_aliases  # noqa: E402
 from jaxremat.sequence.policies import DEFAULT_POLICIES  # noqa: E402
+from jaxremat.sequence.searched import SearchedPolicy, candidates  # noqa: E402
+from jaxremat.trees import tree_bytes  # noqa: E402
 
 UNIFORM = {
     "nothing": jax.checkpoint_policies.nothing_saveable,
@@ -165,6 +183,27 @@ def model_overheads(plan, best_schedule) -> str:
     return f"{plan.schedule.time / base - 1:.4f} / {fine / base - 1:.4f} / {half}"
 
 
+def oracle_cell(plan, best_schedule, time_limit) -> str:
+    """The model's overheads ``bound / DP's plan / half target`` at the plan's budget, the
+    verdict and the bound's time (:func:`solver.chain_time_bound`: at most the time of
+    every schedule of the chain, persistent or not, within the budget)."""
+    chain, budget = plan.chain, plan.budget / plan.batch_size
+    base = float(chain.fwd_time.sum() + chain.bwd_time.sum())
+    bound = solver.chain_time_bound(chain, budget, time_limit=time_limit)
+    low, dp = bound.time / base - 1, plan.schedule.time / base - 1
+    half = None if best_schedule is None else (best_schedule.time / base - 1) / 2
+    exact = plan.schedule.time <= bound.time * (1 + 1e-9)
+    verdict = "DP optimal" if exact else f"DP above the bound by {dp - low:.4f}"
+    if half is not None and low > half + 1e-12:
+        verdict += "; target below the model's optimum: no plan over this menu reaches it"
+    elif half is not None and dp <= half + 1e-12:
+        verdict += "; its plan meets the target in the model"
+    if not bound.optimal:
+        verdict += " (time limit: HiGHS's dual bound)"
+    return (f"{low:.4f} / {dp:.4f} / {'-' if half is None else f'{half:.4f}'}: {verdict} "
+            f"({bound.seconds:.2f} s)")
+
+
 def measure(run, params, x):
     """``(activation memory, flops)`` of the training step through ``run``."""
     loss = _loss(run)
@@ -220,16 +259,72 @@ def model_table(name, args):
         rows[policy_name] = (mem, flops / plain_flops)
         if args.gpu:
             device[policy_name] = device_columns(uniform(layers, policy), params, x)
-    for menu in args.policies:
-        menu_table(menu, layers, params, x, plain_mem, plain_flops, rows, device, args)
+    menus = {menu: MENUS[menu] for menu in args.policies}
+    if args.finer:
+        menus["finer"] = DEFAULT_POLICIES + finer_policies(layers[0], params[0], x)
+    for menu, policies in menus.items():
+        menu_table(menu, policies, layers, params, x, plain_mem, plain_flops, rows, device, args)
 
 
-def menu_table(menu, layers, params, x, plain_mem, plain_flops, rows, device, args):
-    """The table of jaxremat with the policy menu ``MENUS[menu]`` against the uniform
-    policies' ``rows`` (``device``: their GPU columns)."""
+def _tape_and_flops(layer, p, x, policy) -> tuple[int, float]:
+    """``(tape bytes, flops of the vjp's forward and pullback)`` of ``layer`` under
+    ``jax.checkpoint(policy=policy)`` (``None``: the plain layer, its whole tape)."""
+    run = layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=True)
+    traced = trace_layer(run, p, x, 0)
+    return traced.tape_bytes, count_jaxpr(traced.forward)[0] + count_jaxpr(traced.backward)[0]
+
+
+def _named(policy, name):
+    """``policy`` as a menu entry named ``name`` (the menu names a callable by its
+    ``__name__``)."""
+    def entry(prim, *avals, **params):
+        return policy(prim, *avals, **params)
+    entry.__name__ = name
+    return entry
+
+
+def finer_policies(layer, p, x) -> tuple:
+    """Options between ``dots_saveable`` and the whole tape (``--finer``): the candidates of
+    ``layer``'s ``dots_plus`` search (:func:`jaxremat.sequence.searched.candidates`), each
+    measured on its own beside ``dots_saveable``, then added greedily by flops saved per
+    tape byte while the union lowers the flops, with no limit on the tape (the search stops
+    at 1/4 above ``dots_saveable``'s, :data:`~jaxremat.sequence.searched.SLACKS`). Prints
+    the table; returns every union (``finer:N``, ``N`` candidates) as a menu entry."""
+    base = SearchedPolicy(frozenset(), "dots")
+    whole, dots = _tape_and_flops(layer, p, x, None), _tape_and_flops(layer, p, x, base)
+    keys = candidates(jax.make_jaxpr(layer)(p, x), tree_bytes(x), "dots")
+    print(f"\nfirst layer's candidates over dots_saveable: whole tape {whole[0]} B, "
+          f"{whole[1]:.0f} flops; dots_saveable {dots[0]} B, {dots[1]:.0f} flops\n"
+          "\n| candidate (primitive, operand shapes) | tape bytes above dots | flops saved |\n"
+          "|---|---|---|")
+    gains = []
+    for key in keys:
+        tape, flops = _tape_and_flops(layer, p, x, SearchedPolicy(frozenset({key}), "dots"))
+        print(f"| {key[0]} {[tuple(shape) for shape, _ in key[1]]} | {tape - dots[0]} "
+              f"| {dots[1] - flops:.0f} |")
+        if flops < dots[1]:
+            gains.append((-(dots[1] - flops) / max(tape - dots[0], 1), len(gains), key))
+    print("\n| union | tape bytes (x dots) | flops saved | recomputation left (flops, share "
+          "of dots') |\n|---|---|---|---|")
+    chosen, least, entries = [], dots[1], []
+    for _, _, key in sorted(gains):
+        tape, flops = _tape_and_flops(layer, p, x, SearchedPolicy(frozenset(chosen + [key]), "dots"))
+        if flops < least:
+            chosen.append(key)
+            least = flops
+            entries.append(_named(SearchedPolicy(frozenset(chosen), "dots"), f"finer:{len(chosen)}"))
+            print(f"| finer:{len(chosen)} (+ {key[0]}) | {tape} ({tape / dots[0]:.2f}) "
+                  f"| {dots[1] - flops:.0f} | {flops - whole[1]:.0f} "
+                  f"({(flops - whole[1]) / (dots[1] - whole[1]):.0%}) |")
+    return tuple(entries)
+
+
+def menu_table(menu, policies, layers, params, x, plain_mem, plain_flops, rows, device, args):
+    """The table of jaxremat with the policy menu ``policies`` (named ``menu``) against the
+    uniform policies' ``rows`` (``device``: their GPU columns)."""
     budgets = [(f"= {n}", rows[n][0], True) for n in UNIFORM]
-    policies = MENUS[menu]
-    print(f"\n### menu {menu}: policies={policies!r}")
+    names = policies if policies is None else tuple(getattr(e, "__name__", e) for e in policies)
+    print(f"\n### menu {menu}: policies={names!r}")
     # the chain's own prediction of each uniform plan: at that budget the DP can take it
     profiled = remat_sequence(layers, int(plain_mem * 10), costs=args.costs, policies=policies)
     predictions = uniform_predictions(profiled.plan(params, x))
@@ -241,8 +336,9 @@ def menu_table(menu, layers, params, x, plain_mem, plain_flops, rows, device, ar
           "| <= cheapest | <= half its overhead | model overhead: plan / 5000 slots / half "
           "target |" + (" without options |" if args.bare else "")
           + (" its temp MiB | its step ms | jaxremat temp MiB | jaxremat step ms "
-             "| step / its |" if args.gpu else ""))
-    print("|---" * (11 + args.bare + 5 * args.gpu) + "|")
+             "| step / its |" if args.gpu else "")
+          + (" oracle: model bound / plan / half target |" if args.oracle else ""))
+    print("|---" * (11 + args.bare + 5 * args.gpu + bool(args.oracle)) + "|")
     for label, budget, at_uniform in sorted(budgets, key=lambda b: b[1]):
         fitting = [(f, n) for n, (m, f) in rows.items() if m <= budget]
         best = min(fitting) if fitting else None
@@ -254,20 +350,25 @@ def menu_table(menu, layers, params, x, plain_mem, plain_flops, rows, device, ar
             mem, flops = measure(seq, params, x)
         except solver.InfeasibleBudget as error:
             cells += ([f"infeasible (min {error.min_budget / plain_mem:.1%})"]
-                      + ["-"] * (6 + args.bare + 5 * args.gpu))
+                      + ["-"] * (6 + args.bare + 5 * args.gpu + bool(args.oracle)))
             print("| " + " | ".join(cells) + " |")
             continue
         ratio = flops / plain_flops
         plan = seq.cached_plans[-1]
         used = sorted({o for o in plan.options if o != "everything"}) or ["-"]
+        targets = _targets(ratio, mem, budget, best, at_uniform)
         cells += [f"{mem / plain_mem:.1%}", f"{ratio:.3f}", ", ".join(used), plan.schedule.method,
-                  *_targets(ratio, mem, budget, best, at_uniform),
-                  model_overheads(plan, predictions[best[1]] if best else None)]
+                  *targets, model_overheads(plan, predictions[best[1]] if best else None)]
         if args.bare:
             cells.append(_without_options(layers, budget, args, params, x, plain_flops))
         if args.gpu:
             cells += _device_cells(device[best[1]] if best else None,
                                    device_columns(seq, params, x))
+        if args.oracle:
+            missed = targets[1] == "NO"
+            cells.append(oracle_cell(plan, predictions[best[1]] if best else None,
+                                     args.oracle_time_limit)
+                         if missed or args.oracle == "all" else "-")
         print("| " + " | ".join(cells) + f" |   ({time.perf_counter() - start:.1f} s)")
     print("\nuniform policies: measured memory and flops, and the chain's predicted peak of "
           "the same plan (why jaxremat may not reach it at that budget):")
@@ -296,6 +397,15 @@ def main() -> None:
                         help=f"jaxremat's menus, comma-separated, one table each: {sorted(MENUS)}")
     parser.add_argument("--bare", action="store_true",
                         help="add jaxremat's flops with policies=() (the whole tape only)")
+    parser.add_argument("--oracle", nargs="?", const="missed", choices=("missed", "all"),
+                        help="a lower bound on the chain model's optimum (solver.chain_time_bound) "
+                        "beside the DP's plan and the half target, on the rows that miss it "
+                        "(or all rows)")
+    parser.add_argument("--oracle-time-limit", type=float, default=60.0,
+                        help="seconds HiGHS may spend on each row's bound")
+    parser.add_argument("--finer", action="store_true",
+                        help="measure the first layer's options between dots_saveable and the "
+                        "whole tape and add a menu 'finer' with them all (finer_policies)")
     parser.add_argument("--scale", type=int, default=1, help="multiplies the batch size")
     parser.add_argument("--device-columns", choices=("auto", "on", "off"), default="auto",
                         help="compiled temp memory and step time: auto = on a GPU/TPU only")

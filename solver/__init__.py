@@ -55,7 +55,7 @@ from .graph import (
     simulate_graph,
     training_memory,
 )
-from .ilp import IlpSolution, TrainingGraph, ilp_min_peak, solve_ilp
+from .ilp import ChainBound, IlpSolution, TrainingGraph, chain_time_bound, ilp_min_peak, solve_ilp
 from .solve import MAX_SLOTS, METHODS, is_uniform_method, scaled_slots, solve
 
 __all__ = [

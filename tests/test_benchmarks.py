@@ -83,6 +83,21 @@ def test_policies_never_dearer_than_a_fitting_uniform_policy_it_predicts():
             assert row[8] == "yes", row
 
 
+@pytest.mark.slow  # a subprocess run of a benchmark script (~30 s)
+def test_policies_oracle_on_the_missed_mlp_row():
+    """``--oracle``: the mlp stack at 40% misses the half-overhead target (issue 17.6); the
+    bound on every schedule of its chain meets the DP's plan and exceeds the target."""
+    out = _run("benchmarks/policies.py", "--models", "mlp", "--fractions", "0.4", "--oracle")
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
+            if line.startswith("| ") and line.split("|")[2].strip().endswith("%")]
+    missed = [row for row in rows if row[9] == "NO"]
+    assert [row[0] for row in missed] == ["40% of plain"]
+    assert all(row[-1] == "-" for row in rows if row[9] != "NO")
+    bound, plan, half = (float(v) for v in missed[0][-1].split(":")[0].split(" / "))
+    assert bound == plan > half
+    assert "DP optimal; target below the model's optimum" in missed[0][-1]
+
+
 @pytest.mark.slow  # a subprocess run of the benchmark script
 def test_scan_prediction_rows_are_upper_bounds():
     out = _run("benchmarks/scan_prediction.py", "--blocks", "mlp", "--depths", "4",

@@ -20,6 +20,7 @@ from solver.chain.options import LayerOptions
 
 DATA = pathlib.Path(__file__).parent / "data" / "resnet6_options_chain.json"
 MLP = DATA.with_name("mlp16_plus_chain.json")
+FINER = DATA.with_name("mlp16_finer_chain.json")
 EXHAUSTIVE_OPTIMUM = 1.3234762240000001e-05
 """``solver.chain.exhaustive.exhaustive_optimum`` of the recorded chain at its budget (every
 persistent plan and option; about two minutes of CPU, so recorded rather than rerun)."""
@@ -94,6 +95,32 @@ def test_a_sibling_option_a_few_bytes_larger_does_not_cost_the_plan_that_fits():
     more, less = solver.solve(chain, budget, slots=slots), solver.solve(fewer, budget, slots=slots)
     assert more.peak <= budget and less.peak <= budget
     assert more.time <= less.time
+
+
+def test_shrink_options_swaps_a_layer_again_for_a_larger_saving():
+    """The recorded MLP chain with ``policies.py --finer``'s options (``finer:1`` keeps what
+    ``dots`` keeps for less recomputation, ``finer:2`` 256 B more, ``finer:3`` 512 B more on
+    layer 0 and 768 B on the others): at ``dots_saveable``'s measured memory the plan of
+    ``finer:1`` and the whole tape last fits to the byte. The table's plans above the budget
+    keep ``finer:2`` or ``finer:3`` and miss by exactly what swapping every layer down to
+    ``finer:1`` saves.
+    The greedy cover took each layer's cheapest swap per byte (one step down) and never
+    swapped that layer again, so no cover existed and the plan fell to 0.0134 of overhead
+    against the 0.0034 that ``solver.chain_time_bound`` proves optimal."""
+    chain, budget = recorded_chain(path=FINER)
+    base = chain.fwd_time.sum() + chain.bwd_time.sum()
+    bound = solver.chain_time_bound(chain, budget)
+    for slots in (500, solver.scaled_slots(chain.length)):
+        schedule = solver.solve(chain, budget, slots=slots)
+        assert schedule.peak <= budget
+        assert schedule.time == pytest.approx(bound.time, rel=1e-12), schedule.time / base - 1
+    # the plan the refinement hands over: layer 0 one step above finer:1 twice, the rest once
+    over = (solver.Layer(0, 4),) + tuple(solver.Layer(i, 3) for i in range(1, 15)) + (
+        solver.Layer(15),)
+    assert solver.make_schedule(chain, over).peak == budget + 4096
+    repaired = shrink_options(chain, over, budget)
+    assert repaired is not None and repaired.peak <= budget
+    assert repaired.time == pytest.approx(bound.time, rel=1e-12)
 
 
 def test_shrink_options_changes_options_only_and_fits_or_gives_up():

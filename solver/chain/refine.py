@@ -21,7 +21,11 @@ a sibling option would give back (a searched policy keeping 0.2% more than
 budget, and the rounded sizes reject the plan of ``dots_saveable`` at the budget itself).
 :func:`shrink_options` repairs such a plan: it swaps the options of its stored layers for
 smaller ones, those costing the least time per byte first, until the plan fits, a knapsack's
-greedy order (Dantzig, Operations Research 5(2), 1957) checked with the simulator.
+greedy order (Dantzig, Operations Research 5(2), 1957) checked with the simulator. A layer
+steps down the lower hull of its options' (bytes saved, time added), so one swapped already
+may be swapped again for a larger saving (the multiple-choice knapsack's greedy, Sinha and
+Zoltners, Operations Research 27(3), 1979): plans over by the sum of many layers' largest
+savings are repaired too.
 """
 
 from __future__ import annotations
@@ -108,6 +112,28 @@ def refined_schedule(chain: Chain, budget: float, slots: int, *,
     return best
 
 
+def _hull_steps(swaps: list[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
+    """The swaps ``(bytes saved, time added, option)`` of one layer on the lower convex hull
+    of ``(saved, added)`` from ``(0, 0)`` (the least time for each saving, in increasing
+    time per byte from one to the next), as cumulative points in increasing saving."""
+    hull: list[tuple[float, float, int]] = []
+    for saved, added, other in sorted(swaps, key=lambda s: (s[0], s[1])):
+        if hull and saved == hull[-1][0]:
+            continue  # the same saving for more time
+        while hull and added <= hull[-1][1]:  # saves more for no more time
+            hull.pop()
+        while hull:
+            s0, a0 = (hull[-2][0], hull[-2][1]) if len(hull) > 1 else (0.0, 0.0)
+            s1, a1 = hull[-1][0], hull[-1][1]
+            # the last point lies on or above the chord from its predecessor to this one
+            if (a1 - a0) * (saved - s0) >= (added - a0) * (s1 - s0):
+                hull.pop()
+            else:
+                break
+        hull.append((saved, added, other))
+    return hull
+
+
 def shrink_options(chain: Chain, plan: Plan, budget: float, *, checks: int = MAX_CHECKS
                    ) -> Schedule | None:
     """``plan`` with the options of some stored layers (its top-level :class:`Layer` items)
@@ -125,12 +151,13 @@ def shrink_options(chain: Chain, plan: Plan, budget: float, *, checks: int = MAX
     if table is None or over <= 0:
         return schedule if over <= 0 else None
     times = table.fwd_time + table.bwd_time
-    swaps = []
+    steps, options = [], {}
     for position, item in enumerate(plan):
         if not isinstance(item, Layer):
             continue
         i, k = item.index, item.option
         last = position == len(plan) - 1
+        swaps = []
         for other in np.flatnonzero(table.valid[i]):
             # a tape is held through the later layers' backward; the last item's only
             # through its own, with its backward transients
@@ -138,20 +165,30 @@ def shrink_options(chain: Chain, plan: Plan, budget: float, *, checks: int = MAX
             if last:
                 saved += table.bwd_tmp[i, k] - table.bwd_tmp[i, other]
             if saved > 0:
-                added = max(times[i, other] - times[i, k], 0.0)
-                swaps.append((added / saved, position, int(other), saved, added))
+                swaps.append((float(saved), max(times[i, other] - times[i, k], 0.0), int(other)))
+        options[position] = swaps
+        hull = _hull_steps(swaps)
+        for j, (saved, added, other) in enumerate(hull):  # by the step's own time per byte
+            s0, a0 = hull[j - 1][:2] if j else (0.0, 0.0)
+            steps.append(((added - a0) / (saved - s0), position, other, saved, added))
     # a least-cost cover of ``over`` bytes, greedily (Chvatal, "A greedy heuristic for the
-    # set-covering problem", Math. Oper. Res. 4(3), 1979): small swaps in increasing cost
-    # per byte, each swap that covers the rest at once a candidate end
+    # set-covering problem", Math. Oper. Res. 4(3), 1979): the steps along each layer's
+    # hull in increasing cost per byte, a layer's later step replacing its earlier swap
+    # (Sinha and Zoltners' greedy for the multiple-choice knapsack, Oper. Res. 27(3), 1979),
+    # each step that covers the rest at once a candidate end
     covers, taken, cost, rest = [], {}, 0.0, over
-    for _, position, other, bytes_saved, added in sorted(swaps):
-        if position in taken:
+    for _, position, other, saved, added in sorted(steps):
+        before = taken.get(position, (None, 0.0, 0.0))  # (option, saved, added) so far
+        saved, added = saved - before[1], added - before[2]  # from this layer's swap so far
+        if saved <= 0:
             continue
-        if bytes_saved >= rest:
-            covers.append((cost + added, {**taken, position: other}))
+        if saved >= rest:  # the cheapest swap of this layer that covers the rest
+            added, other = min((a, o) for s, a, o in options[position] if s - before[1] >= rest)
+            covers.append((cost + added - before[2],
+                           {**{j: o for j, (o, _, _) in taken.items()}, position: other}))
             continue
-        taken[position] = other
-        cost, rest = cost + added, rest - bytes_saved
+        taken[position] = (other, before[1] + saved, before[2] + added)
+        cost, rest = cost + added, rest - saved
     for _, swapped in sorted(covers, key=lambda c: c[0])[:checks]:
         items = tuple(Layer(item.index, swapped[j]) if j in swapped else item
                       for j, item in enumerate(plan))
