@@ -30,17 +30,18 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import jax  # noqa: E402
 
 from jaxremat.lru import LRU  # noqa: E402
-from jaxremat.measure.costs import count_jaxpr  # noqa: E402
-from jaxremat.measure.trace import trace_layer, trace_once  # noqa: E402
+from jaxremat.measure.trace import trace_once  # noqa: E402
 from jaxremat.sequence import searched  # noqa: E402
 from jaxremat.trees import tree_bytes  # noqa: E402
 
 
 def traced_measure(layer, p, x, policy, program=None):
-    """The search's measure as it was: the vjp and its pullback traced under ``policy``."""
+    """The search's measure as it was: the vjp and its pullback traced under ``policy``
+    (``policies.py``'s ``_tape_and_flops``)."""
+    from policies import _tape_and_flops
+
     del program
-    traced = trace_layer(jax.checkpoint(layer, policy=policy, prevent_cse=True), p, x, 0)
-    return traced.tape_bytes, count_jaxpr(traced.forward)[0] + count_jaxpr(traced.backward)[0]
+    return _tape_and_flops(layer, p, x, policy)
 
 
 def _search(measure, layer, p, x, jaxpr, base):
@@ -54,7 +55,9 @@ def _search(measure, layer, p, x, jaxpr, base):
         searched._measure = saved
 
 
-def rows(name: str):
+def _distinct_layers(name: str):
+    """``(index, layer traced once, its params, its input, its jaxpr)`` of each distinct
+    layer of ``policies.py``'s model ``name`` (layers with equal jaxprs once)."""
     from policies import BUILDERS
 
     layers, params, x = BUILDERS[name]()
@@ -63,11 +66,16 @@ def rows(name: str):
         replay, jaxpr = trace_once(layer, p, x, index)
         if str(jaxpr) not in seen:
             seen.add(str(jaxpr))
-            for base in searched.BASES:
-                traced, traced_s = _search(traced_measure, replay, p, x, jaxpr, base)
-                split, split_s = _search(searched._measure, replay, p, x, jaxpr, base)
-                yield (name, index, base, len(split), traced == split, traced_s, split_s)
+            yield index, replay, p, x, jaxpr
         x = jax.eval_shape(layer, p, x)
+
+
+def rows(name: str):
+    for index, replay, p, x, jaxpr in _distinct_layers(name):
+        for base in searched.BASES:
+            traced, traced_s = _search(traced_measure, replay, p, x, jaxpr, base)
+            split, split_s = _search(searched._measure, replay, p, x, jaxpr, base)
+            yield (name, index, base, len(split), traced == split, traced_s, split_s)
 
 
 def _improved(measure, keys, base, chosen, limit):
@@ -91,28 +99,20 @@ def _improved(measure, keys, base, chosen, limit):
 
 
 def local_rows(name: str):
-    from policies import BUILDERS
-
     from jaxremat.measure.policy_costs import jvp_program, policy_costs
 
-    layers, params, x = BUILDERS[name]()
-    seen = set()
-    for index, (layer, p) in enumerate(zip(layers, params)):
-        replay, jaxpr = trace_once(layer, p, x, index)
-        if str(jaxpr) not in seen:
-            seen.add(str(jaxpr))
-            program = jvp_program(replay, p, x)
-            measure = lambda policy: policy_costs(program, policy)  # noqa: E731
-            for base in searched.BASES:
-                keys = searched.candidates(jaxpr, tree_bytes(x), base)
-                low = measure(searched.SearchedPolicy(frozenset(), base))
-                limits = searched._limits(measure, base, low[0])
-                for level, union in searched._greedy(measure, keys, base):
-                    chosen = frozenset(keys[k] for k in union)
-                    greedy = measure(searched.SearchedPolicy(chosen, base))
-                    local = _improved(measure, keys, base, chosen, limits[level])
-                    yield name, index, base, searched.SUFFIXES[level], low, greedy, local
-        x = jax.eval_shape(layer, p, x)
+    for index, replay, p, x, jaxpr in _distinct_layers(name):
+        program = jvp_program(replay, p, x)
+        measure = lambda policy: policy_costs(program, policy)  # noqa: E731
+        for base in searched.BASES:
+            keys = searched.candidates(jaxpr, tree_bytes(x), base)
+            low = measure(searched.SearchedPolicy(frozenset(), base))
+            limits = searched._limits(measure, base, low[0])
+            for level, union in searched._greedy(measure, keys, base):
+                chosen = frozenset(keys[k] for k in union)
+                greedy = measure(searched.SearchedPolicy(chosen, base))
+                local = _improved(measure, keys, base, chosen, limits[level])
+                yield name, index, base, searched.SUFFIXES[level], low, greedy, local
 
 
 def main() -> None:
