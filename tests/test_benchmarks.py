@@ -109,3 +109,14 @@ def test_scan_prediction_rows_are_upper_bounds():
         assert measured <= predicted, row
         if row[3].strip() in ("plain", "1"):
             assert measured == predicted, row  # the loop terms by phase: exact
+
+
+@pytest.mark.slow  # a subprocess run of the search benchmark
+def test_search_time_finds_the_same_options_both_ways_and_no_better_local_union():
+    out = _run("benchmarks/search_time.py", "--models", "conv", "--local")
+    rows = [line.rstrip() for line in out.splitlines() if line.startswith("| conv |")]
+    timed = [line for line in rows if line.endswith("x |")]
+    local = [line for line in rows if line.endswith("% |")]
+    assert timed and len(timed) % 3 == 0  # each distinct layer, each base
+    assert all("| yes |" in line for line in timed)  # the same options traced and split
+    assert local and all(line.endswith("| 0.0% |") for line in local)
