@@ -1,6 +1,6 @@
 """Static costs at a new input shape without lowering (issue 18.4): how far they are.
 
-    python benchmarks/newshape_costs.py [--models gpt,mlp,conv,gpt_blocks] [--axis 0]
+    python benchmarks/newshape_costs.py [--models gpt,mlp,conv,gpt_blocks] [--axis 0] [--length N]
 
 For each model of ``benchmarks/policies.py``:
 
@@ -9,10 +9,12 @@ For each model of ``benchmarks/policies.py``:
    tape-only forward, the vjp forward and the pullback), as lowered / counted, min-max per
    kind of piece: why the count is scaled from a lowering rather than used alone;
 2. the profile at the input cut in half along ``--axis`` (0: the batch; 1: the sequence of
-   the GPT models), made after a profile at the full input (costs scaled from it,
-   :mod:`jaxremat.sequence.calibration`), against a fresh profile at the half input (every
-   piece lowered): the worst relative difference of each layer's and option's times and
-   flops, and whether sizes and transients are equal.
+   the GPT models), or to ``--length`` along it, made after a profile at the full input
+   (costs scaled from it, :mod:`jaxremat.sequence.calibration`), against a fresh profile
+   at the cut input (every piece lowered): the worst relative difference of each layer's
+   and option's times and flops, whether sizes and transients are equal, and how many
+   pieces were scaled, estimated (a program laid out differently: ``--length 1`` on the
+   batch axis, where ``jnp.einsum`` squeezes it) and lowered.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
 
 from jaxremat.measure.costs import jaxpr_costs, lowered_costs  # noqa: E402
+from jaxremat.sequence import calibration  # noqa: E402
 from jaxremat.measure.trace import tape_forward, trace_layer  # noqa: E402
 from jaxremat.sequence.policies import check_policies, layer_menu, marked_names  # noqa: E402
 from jaxremat.sequence.profile import profile_cache, profile_sequence  # noqa: E402
@@ -78,12 +81,37 @@ def _worst(scaled, lowered, worst):
     return all(getattr(scaled, f) == getattr(lowered, f) for f in SIZES)
 
 
-def scaled_errors(name: str, axis: int) -> str:
+def _counting(ways: collections.Counter):
+    """Wrap calibration's three ways to a piece's costs to count which answered."""
+    originals = {k: getattr(calibration, k) for k in
+                 ("scaled_costs", "estimated_costs", "lowered_costs")}
+
+    def wrapped(name):
+        def call(*args):
+            found = originals[name](*args)
+            if found is not None:
+                ways[name.split("_")[0]] += 1
+            return found
+        return call
+
+    for name in originals:
+        setattr(calibration, name, wrapped(name))
+    return originals
+
+
+def scaled_errors(name: str, axis: int, length: int | None = None) -> str:
     layers, params, x = BUILDERS[name]()
-    half = jax.tree.map(lambda a: jax.lax.slice_in_dim(a, 0, a.shape[axis] // 2, axis=axis), x)
+    half = jax.tree.map(lambda a: jax.lax.slice_in_dim(
+        a, 0, length or a.shape[axis] // 2, axis=axis), x)
     profile_cache().clear()
     profile_sequence(layers, params, x)
-    scaled = profile_sequence(layers, params, half).layers
+    ways: collections.Counter = collections.Counter()
+    originals = _counting(ways)
+    try:
+        scaled = profile_sequence(layers, params, half).layers
+    finally:
+        for key, value in originals.items():
+            setattr(calibration, key, value)
     profile_cache().clear()
     fresh = profile_sequence(layers, params, half).layers
     worst: dict[str, float] = {}
@@ -93,23 +121,31 @@ def scaled_errors(name: str, axis: int) -> str:
         for oa, ob in zip(a.options, b.options):
             sizes &= _worst(oa, ob, worst)
     cells = " | ".join(f"{worst.get(f, 0.0):.1e}" for f in TIMES)
-    return f"| {name} | {axis} | {cells} | {'equal' if sizes else 'DIFFER'} |"
+    counts = f"{ways['scaled']} / {ways['estimated']} / {ways['lowered']}"
+    return f"| {name} | {axis} | {cells} | {'equal' if sizes else 'DIFFER'} | {counts} |"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt,mlp,conv,gpt_blocks")
     parser.add_argument("--axis", type=int, default=0)
+    parser.add_argument("--length", type=int, default=None,
+                        help="cut the input to this length along --axis (default: half)")
+    parser.add_argument("--skip-ratios", action="store_true",
+                        help="only the profile at the cut input (part 2)")
     args = parser.parse_args()
     names = args.models.split(",")
-    print("| model | piece | pieces | flops lowered/counted | bytes lowered/counted |")
-    print("|---|---|---|---|---|")
+    if not args.skip_ratios:
+        print("| model | piece | pieces | flops lowered/counted | bytes lowered/counted |")
+        print("|---|---|---|---|---|")
+        for name in names:
+            print("\n".join(count_ratios(name)), flush=True)
+    cut = "halved" if args.length is None else f"cut to {args.length}"
+    print(f"\n| model | axis {cut} | {' | '.join(TIMES)} | sizes, transients, options "
+          "| pieces scaled / estimated / lowered |")
+    print("|---|---|" + "---|" * (len(TIMES) + 2))
     for name in names:
-        print("\n".join(count_ratios(name)), flush=True)
-    print(f"\n| model | axis halved | {' | '.join(TIMES)} | sizes, transients, options |")
-    print("|---|---|" + "---|" * (len(TIMES) + 1))
-    for name in names:
-        print(scaled_errors(name, args.axis), flush=True)
+        print(scaled_errors(name, args.axis, args.length), flush=True)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,15 @@ _NO_FLOPS = frozenset({
 })
 _NO_BYTES = frozenset({"transpose"})
 
+_LAYOUT = frozenset({"reshape", "squeeze", "expand_dims", "broadcast_in_dim", "transpose",
+                     "copy", "copy_p"})
+"""Equations that lay an array out anew (:attr:`CountTerms.operations`), with the reductions
+of :data:`_REDUCTIONS` over dimensions of size 1 only (the transpose of a broadcast that
+adds such dimensions), whose structure entries are marked with :data:`_AS_LAYOUT`."""
+_REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod"})
+_AS_LAYOUT = ":layout"
+_BARRIER = "optimization_barrier"
+
 
 def _terms(jaxpr: Jaxpr, skip: frozenset, flops: list, bytes_accessed: list,
            structure: list) -> None:
@@ -88,18 +97,27 @@ def _eqn_terms(eqn: Any) -> tuple[tuple, tuple, tuple]:
         if eqn.params.get("differentiated") and eqn.params.get("prevent_cse"):
             # a checkpoint's recomputation: JAX lowers an optimization barrier over its
             # operands, whose bytes XLA counts (the weights' too)
-            barrier = tuple([float(aval_nbytes(v.aval)) for v in eqn.invars
-                             if hasattr(v, "aval")])
-            return body_flops, barrier + body_bytes, ("optimization_barrier",) + body_structure
+            avals = [v.aval for v in eqn.invars if hasattr(v, "aval")]
+            barrier = tuple([float(aval_nbytes(a)) for a in avals])
+            return body_flops, barrier + body_bytes, (_entry(_BARRIER, avals),) + body_structure
         return body_flops, body_bytes, body_structure
     name = eqn.primitive.name
     avals = [v.aval for v in (*eqn.invars, *eqn.outvars) if hasattr(v, "aval")]
-    structure = ((name, tuple([(len(getattr(a, "shape", ())), getattr(a, "dtype", None))
-                               for a in avals])),)
+    if name in _REDUCTIONS and len(avals) == 2 and \
+            getattr(avals[0], "size", -1) == getattr(avals[1], "size", -2):
+        name += _AS_LAYOUT  # over dimensions of size 1 only
+    structure = (_entry(name, avals),)
     flops = (0.0 if name in _NO_FLOPS else float(equation_flops(eqn)),)
     if name in _NO_BYTES:
         return flops, (0.0,) * len(avals), structure
     return flops, tuple([float(aval_nbytes(a)) for a in avals]), structure
+
+
+def _entry(name: str, avals: list) -> tuple[str, tuple]:
+    """A structure entry: the equation's name, its operands' and results' ranks and dtypes
+    (one per bytes term it counts)."""
+    return name, tuple([(len(getattr(a, "shape", ())), getattr(a, "dtype", None))
+                        for a in avals])
 
 
 @per_jaxpr
@@ -119,16 +137,45 @@ class CountTerms:
     """The terms of a jaxpr's count (:func:`count_terms`), in program order: ``flops`` one
     per equation, ``bytes`` one per operand and result; ``structure`` a hash of the
     equations' primitives and their operands' and results' ranks and dtypes (two traces of
-    one function at two batch sizes have the same)."""
+    one function at two batch sizes have the same).
+
+    ``operations`` hashes the names of the equations that do not only lay an array out anew
+    (:data:`_LAYOUT`), in order, and ``flops_paired`` / ``bytes_paired`` mark their terms:
+    two programs with the same ``operations`` and different ``structure`` differ in layout
+    alone (``jnp.einsum`` squeezes a batch dimension of size 1 that is a ``dot_general``
+    batch dimension at a larger size), and their marked terms pair up one to one."""
 
     flops: np.ndarray
     bytes: np.ndarray
     structure: int
+    operations: int | None = None
+    flops_paired: np.ndarray | None = None
+    bytes_paired: np.ndarray | None = None
 
     @property
     def totals(self) -> tuple[float, float]:
         """``(flops, bytes accessed)``: :func:`count_jaxpr`."""
         return float(self.flops.sum()), float(self.bytes.sum())
+
+
+def _operations(structure: list, num_flops: int, num_bytes: int
+                ) -> tuple[int | None, np.ndarray, np.ndarray]:
+    """``(operations, flops_paired, bytes_paired)`` of :class:`CountTerms` from the count's
+    structure entries (``operations`` is ``None`` where the entries do not match the terms)."""
+    flops_paired, bytes_paired, names = [], [], []
+    for name, operands in structure:
+        kept = not (name in _LAYOUT or name.endswith(_AS_LAYOUT))
+        if kept:
+            names.append(name)
+        if name != _BARRIER:  # a barrier counts bytes, no flops
+            flops_paired.append(kept)
+        bytes_paired.extend([kept] * len(operands))
+    masks = np.asarray(flops_paired, bool), np.asarray(bytes_paired, bool)
+    for mask in masks:
+        mask.flags.writeable = False
+    if len(flops_paired) != num_flops or len(bytes_paired) != num_bytes:
+        return None, *masks
+    return hash(tuple(names)), *masks
 
 
 @per_jaxpr
@@ -161,7 +208,8 @@ def _count(jaxpr: Jaxpr, skip_outputs: int) -> CountTerms:
            structure)
     flops_terms, bytes_terms = np.asarray(flops), np.asarray(bytes_accessed)
     flops_terms.flags.writeable = bytes_terms.flags.writeable = False
-    return CountTerms(flops_terms, bytes_terms, hash((tuple(structure), len(bytes_accessed))))
+    return CountTerms(flops_terms, bytes_terms, hash((tuple(structure), len(bytes_accessed))),
+                      *_operations(structure, len(flops), len(bytes_accessed)))
 
 
 def jaxpr_costs(fn: Callable, *args: Any) -> dict[str, float]:
