@@ -98,11 +98,15 @@ def _segment(item: Checkpoint, layers: Sequence[Callable], backend: str | Callab
         return backend(body)
     if backend == "checkpoint":
         return jax.checkpoint(body, prevent_cse=True)
-    return _custom_vjp_segment(body)
+    return _custom_vjp_segment(body, input_grad)
 
 
-def _custom_vjp_segment(body: Callable) -> Callable:
-    """``body`` as a ``jax.custom_vjp`` that saves only its inputs and recomputes."""
+def _custom_vjp_segment(body: Callable, input_grad: bool = True) -> Callable:
+    """``body`` as a ``jax.custom_vjp`` that saves only its inputs and recomputes. Without
+    ``input_grad`` (the sequence's input, not differentiated) the backward differentiates
+    the parameters alone and returns no cotangent for ``x``, as ``jax.checkpoint`` does and
+    as the plan assumes (``input_grad`` of :func:`jaxremat.profile_sequence`): the first
+    layer keeps no residuals for ``g[0]`` and computes none."""
 
     @jax.custom_vjp
     def segment(segment_params: Any, x: Any) -> Any:
@@ -116,6 +120,9 @@ def _custom_vjp_segment(body: Callable) -> Callable:
         # Tie the recomputation to the arrival of the cotangent: XLA may not move it into
         # the forward pass, nor share it with the forward (the barrier's outputs are new).
         x, cotangent = jax.lax.optimization_barrier((x, cotangent))
+        if not input_grad:
+            _, pullback = jax.vjp(lambda p: body(p, x), segment_params)
+            return pullback(cotangent)[0], None
         _, pullback = jax.vjp(body, segment_params, x)
         return pullback(cotangent)
 
