@@ -268,7 +268,11 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
                         - max(forward, recompute, backward))
     if not _scanned_runs(L, sizes, unroll):
         return whole
-    # by op (docstring): the split pieces once, the runs' loops where they run
+    # by op (docstring): the split pieces once, the outer loop's carry, the runs' loops
+    # where they run. Without measured bodies, the guess 3 x: on the GPT-2 block's 4 > 2
+    # (whole tapes, the peak a run's last F_all) the invariants (4.5 x) and the outer
+    # carry less what its rows and body hold under one tape each (2.5 x); on the MLP
+    # blocks (no invariants) 2 x loose (RESULTS.md, "Scanned stacks (CPU), session 18")
     common = sizes[0] * param_bytes + (3 * x + grads if body is None else x)
     invariants = (0.0, 0.0) if body is None else (body.invariants, body.backward_invariants)
     if floor:  # where the chain peaks: at a run's last layer or elsewhere
