@@ -20,6 +20,7 @@ from jaxremat.scan.family import (NestedScan, chain_options, choose, family, mem
                                   loop_margin, member_time, solver_plan)
 from jaxremat.scan.family import _Search as family_state, _search as family_search
 from jaxremat.scan.simulate import simulate_member
+from jaxremat.scan.loops import ScanBody
 from solver import Chain, Layer
 from solver.chain.options import LayerOptions
 
@@ -237,19 +238,22 @@ def test_choice_is_the_best_member_by_brute_force(L, fwd, tape, bwd, x, extra, t
 @given(L=st.integers(2, 10), fwd=st.floats(0.1, 5), bwd=st.floats(0.1, 10),
        x=st.integers(1, 5), extra=st.integers(0, 8), tmp=st.integers(0, 4),
        params=st.integers(0, 12), unroll=st.integers(0, 3), share=st.floats(0.1, 1.0),
-       option=options)
+       option=options, body=st.none() | st.tuples(*[st.integers(0, 12)] * 6))
 def test_choice_with_the_loop_margin_is_the_best_member_by_brute_force(
-        L, fwd, bwd, x, extra, tmp, params, unroll, share, option):
+        L, fwd, bwd, x, extra, tmp, params, unroll, share, option, body):
     """With loop_margin (by phase for the plain scan and jax.checkpoint per layer; the
     unrolled runs' parameter slices growing with the pieces; loop invariants of ``tmp``
-    bytes, taken in the recomputations of one level of scanned runs), the search, which prunes with
+    bytes, taken in the recomputations of one level of scanned runs; or, with ``body``, the
+    scans of stored runs by what their loops hold, jaxremat.scan.loops.ScanBody, any sizes,
+    the same for every option), the search, which prunes with
     _floor's lower bound on the margins below a member (with loop_margin's cheaper
     ``floor=True`` bound, as remat_scan prunes, a lower bound on every member's margin),
     still finds the fastest member whose peak plus margin fits, and the least such peak
     when none does."""
     chain = homogeneous(L, fwd, 0.5, bwd, x, extra, tmp, False, option)
+    bodies = None if body is None else (ScanBody(*body),) * chain_options(chain)
     margin = functools.partial(loop_margin, chain, param_bytes=params, unroll=unroll,
-                               grad_bytes=params / 2, invariant_bytes=tmp)
+                               grad_bytes=params / 2, invariant_bytes=tmp, scan_bodies=bodies)
     floor = functools.partial(margin, floor=True)
     costed = [(m, member_schedule(chain, m)) for m in family(L, 2, chain_options(chain))]
     needs = [s.peak + margin(m) for m, s in costed]

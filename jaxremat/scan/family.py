@@ -78,6 +78,8 @@ import solver
 from solver import Chain, Schedule, make_schedule
 from solver.chain.options import layer_costs
 
+from .loops import (PerOption, ScanBody, per_option, run_backward_excess, run_forward_excess,
+                    segments_margin)
 from .members import (UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, runs,
                       solver_plan)
 from .simulate import (is_homogeneous, phase_peaks, scanned_runs_peak, simulate_member,
@@ -162,8 +164,9 @@ def chain_options(chain: Chain) -> int:
 
 
 def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
-                unroll: int = UNROLL, grad_bytes: float | None = None,
-                invariant_bytes: float = 0.0, floor: bool = False) -> float:
+                unroll: int = UNROLL, grad_bytes: PerOption | None = None,
+                invariant_bytes: PerOption = 0.0, floor: bool = False,
+                scan_bodies: tuple[ScanBody, ...] | None = None) -> float:
     """Bytes to add to the unrolled chain's simulated peak of ``member`` for its loops and
     parameter slices: what the program-order meter (:func:`jaxremat.activation_memory`,
     loops as in :mod:`jaxremat.measure.meter`) counts and the chain does not, an upper bound
@@ -172,7 +175,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     the layer's backward holds at its peak under the member's policy
     (:func:`jaxremat.scan.held.held_gradient_bytes`; ``param_bytes`` when not given);
     ``invariant_bytes``: the loop invariants a scan of the layer hoists
-    (:func:`jaxremat.scan.held.loop_invariant_bytes`);
+    (:func:`jaxremat.scan.held.loop_invariant_bytes`); ``scan_bodies``: per option, what a
+    scan of the layer holds (:class:`jaxremat.scan.loops.ScanBody`, measured by
+    :func:`jaxremat.scan.held.scan_body`; replaces ``invariant_bytes`` and the guesses
+    below where given);
     ``floor``: a lower bound on the margin instead, computed without simulating (what
     :func:`choose` prunes with). ``x``: one activation; ``tape``: one layer's tape under the
     member's option.
@@ -193,27 +199,29 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
       and a scan of ``m >= 2`` equal checkpointed pieces' loop terms where it runs.
     * two levels ``(k, j)`` of scanned stored runs under a reshaped top level, without a
       scan of checkpointed pieces, by op (:func:`jaxremat.scan.simulate.scanned_runs_peak`):
-      the runs' stacked tapes and carries where they run, ``3 x`` (the GPT-2 block's inner
-      scan hoists loop invariants), the segment's ``k P`` once, the policy's gradients; the
+      what the runs' loops hold where they run (:mod:`jaxremat.scan.loops`: stacked rows,
+      carry, body, the invariants; without ``scan_bodies``, one tape per row and body and
+      ``3 x``, which covered the GPT-2 block's invariants), the outer loop's carry, the
+      segment's ``k P`` once (and the policy's gradients without ``scan_bodies``); the
       least of that and the whole-peak terms below.
     * the others, on the whole peak: ``2 x`` per level (the segment's input and the
       carry); one ``tape`` for a scan of stored layers, or, where the innermost runs are
       unrolled, one carry less and ``k P`` for their parameter slices (copies); a top level
       that splits the parameters (not :func:`jaxremat.scan.members.reshaped`) twice
       ``L P`` (pieces and gradient pieces before their concatenation; once for unrolled
-      pieces, whose gradients are counted by op), two levels twice ``k P``. For one
-      reshaped level of scanned stored runs, at least the chain's peak in the
-      recomputations (:func:`jaxremat.scan.simulate.phase_peaks`) plus one ``tape``, the
-      outer loop's carry and ``invariant_bytes``: the inner loops' hoisted invariants, live
-      through the segment's recomputation and backward (the GPT-2 block's causal mask
-      broadcasts), which the whole-peak terms missed by 512 B where that phase peaks.
+      pieces, whose gradients are counted by op), two levels twice ``k P``. One reshaped
+      level of scanned stored runs with ``scan_bodies`` by phase instead
+      (:func:`jaxremat.scan.loops.segments_margin`); without, at least the chain's peak in
+      the recomputations (:func:`jaxremat.scan.simulate.phase_peaks`) plus one ``tape``,
+      the outer loop's carry and ``invariant_bytes`` (the whole-peak terms missed the GPT-2
+      block's hoisted causal mask broadcasts by 512 B where that phase peaks).
     * under a policy (option >= 1), every kind but the first two: ``grad_bytes``, the
       gradients a backward loop's body holds at its layer's backward peak beside the
       stacked rows (``bwd_tmp`` counts none).
 
     ``floor=True``: what every phase holds (``x``, the split, ``k P`` but for two levels
-    below a splitting top); for scanned runs ``min(whole, tape + 4 x + k P +
-    grad_bytes)``. Where the margin is loose, :meth:`RematScan._fit` still measures the
+    below a splitting top); for scanned runs and segments what the ops where the chain may
+    peak add at least. Where the margin is loose, :meth:`RematScan._fit` still measures the
     member chosen and names its measured peak as the least budget."""
     x = float(chain.x_size[0])
     L = chain.length
@@ -227,7 +235,11 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
             return max(forward + tape + x, backward + tape) - peak
         return max(forward, recompute, backward + x) - peak  # jax.checkpoint per layer
     # under a policy, the gradients the backward loop's body holds at its peak (docstring)
-    grads = (param_bytes if grad_bytes is None else grad_bytes) if member.option else 0.0
+    option = member.option
+    grads = (param_bytes if grad_bytes is None else per_option(grad_bytes, option)) \
+        if option else 0.0
+    body = None if scan_bodies is None else scan_bodies[option]
+    invariants = per_option(invariant_bytes, option) if body is None else body.invariants
     split = grads
     if not reshaped(L, sizes):
         split += 2 * L * param_bytes
@@ -240,24 +252,35 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         peak, with_gradients = unrolled_peak(chain, member, param_bytes)
         return with_gradients - peak + x + split
     loops = 2 * x * len(sizes)
-    whole_tape = tape
     if sizes[-1] <= unroll:  # the innermost runs are unrolled: no loop inside the last
         tape = 0.0  # level's pieces (its loop holds one carry), each unrolled layer's
         loops += sizes[-1] * param_bytes - x  # parameter slices (copies) until its backward
     if len(sizes) > 1:
         split += 2 * sizes[0] * param_bytes
     whole = tape + loops + split
-    if invariant_bytes and not floor and len(sizes) == 1 and tape and reshaped(L, sizes):
-        forward, recompute, backward = phase_peaks(chain, member)  # by phase (docstring)
-        peak = max(forward, recompute, backward)
-        whole = max(whole, recompute + tape + x + invariant_bytes + split - peak)
+    if len(sizes) == 1 and tape and reshaped(L, sizes):  # scanned segments (docstring)
+        if body is not None:
+            return segments_margin(chain, option, sizes[0], whole,
+                                   None if floor else phase_peaks(chain, member), body)
+        if invariants and not floor:
+            forward, recompute, backward = phase_peaks(chain, member)
+            whole = max(whole, recompute + tape + x + invariants + split
+                        - max(forward, recompute, backward))
     if not _scanned_runs(L, sizes, unroll):
         return whole
-    # by op (docstring): the split pieces once, the runs' loops where they run
-    common = 3 * x + sizes[0] * param_bytes + grads
-    if floor:  # where the chain peaks: at a run's op (one tape, x at least) or elsewhere
-        return min(whole, whole_tape + x + common)
-    peak, in_runs, other = scanned_runs_peak(chain, member, param_bytes, whole_tape, common)
+    # by op (docstring): the split pieces once, the outer loop's carry, the runs' loops
+    # where they run. Without measured bodies, the guess 3 x: on the GPT-2 block's 4 > 2
+    # (whole tapes, the peak a run's last F_all) the invariants (4.5 x) and the outer
+    # carry less what its rows and body hold under one tape each (2.5 x); on the MLP
+    # blocks (no invariants) 2 x loose (RESULTS.md, "Scanned stacks (CPU), session 18")
+    common = sizes[0] * param_bytes + (3 * x + grads if body is None else x)
+    invariants = (0.0, 0.0) if body is None else (body.invariants, body.backward_invariants)
+    if floor:  # where the chain peaks: at a run's last layer or elsewhere
+        return min(whole, common + min(
+            min(run_forward_excess(chain, option, n, n - 1, body) + invariants[0],
+                run_backward_excess(chain, option, n, n - 1, param_bytes, body) + invariants[1])
+            for n in set(pieces(sizes[0], sizes[1]))))
+    peak, in_runs, other = scanned_runs_peak(chain, member, param_bytes, common, body)
     return min(whole, max(in_runs, other + whole) - peak)
 
 

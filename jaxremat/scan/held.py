@@ -16,10 +16,18 @@ layer's profile (:mod:`jaxremat.sequence.profile`), and
   computes once outside a scan of the layer and its loops read as constants: held through
   the loops, where the profile counts them only while the layer runs. On the GPT-2
   block of ``benchmarks/scan_depth.py``: 4.5 activations with the whole tape.
+
+And, on the loops of the same trace (:func:`scan_body`), what a scan of stored layers
+holds where the chain counts one tape per layer: its stacked residual rows (less than the
+profile's tape where the scan hoists a value, as the GPT-2 block's mask, or where the tape
+holds the layer's output, which a scan carries instead of stacking) and its loop bodies'
+peaks, by which :func:`jaxremat.scan.family.loop_margin` counts the scans of stored runs
+(:mod:`jaxremat.scan.loops`; benchmarks/RESULTS.md, "Scanned stacks (CPU), session 18").
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import jax
@@ -28,8 +36,10 @@ from jax.extend.core import Literal
 from ..jax_compat import scan_num_consts
 from ..measure.liveness import KEPT, OUTSIDE, UNCOUNTED, Walker
 from ..trees import aval_nbytes
+from .loops import ScanBody
 
-__all__ = ["held_gradient_bytes", "loop_invariant_bytes"]
+__all__ = ["held_gradient_bytes", "loop_invariant_bytes", "scan_body", "stored_layer",
+           "margin_bytes"]
 
 
 def held_gradient_bytes(layer: Callable, params: Any, x: Any) -> int:
@@ -55,11 +65,11 @@ def held_gradient_bytes(layer: Callable, params: Any, x: Any) -> int:
     return max(0, held - Walker().peak(jaxpr, inputs, (UNCOUNTED,) * len(jaxpr.outvars)).nbytes)
 
 
-def loop_invariant_bytes(layer: Callable, params: Any, x: Any) -> int:
-    """Bytes of the values the gradient of a ``lax.scan`` of two of ``layer`` (one layer's
-    ``params`` stacked twice, input ``x``; abstract or concrete) computes outside its loops
-    and passes them as loop constants: what JAX hoists out of the layer (computed from
-    constants alone), each value once."""
+def scan_body(layer: Callable, params: Any, x: Any) -> ScanBody:
+    """:class:`jaxremat.scan.loops.ScanBody` of the gradient of a ``lax.scan`` of two of
+    ``layer`` (one layer's ``params`` stacked twice, input ``x``; abstract or concrete),
+    from one trace: the constants of its loops, the forward loop (the first ``scan``; its
+    outputs are the carry, then the stacked residuals) and the backward loop (the last)."""
     stacked = jax.tree.map(lambda p: jax.ShapeDtypeStruct((2,) + tuple(p.shape), p.dtype),
                            params)
 
@@ -72,7 +82,54 @@ def loop_invariant_bytes(layer: Callable, params: Any, x: Any) -> int:
 
     jaxpr = jax.make_jaxpr(gradient)(stacked, x).jaxpr
     produced = {v for eqn in jaxpr.eqns for v in eqn.outvars}
-    hoisted = {v: aval_nbytes(v.aval) for eqn in jaxpr.eqns if eqn.primitive.name == "scan"
-               for v in eqn.invars[:scan_num_consts(eqn)]
-               if not isinstance(v, Literal) and v in produced}
-    return sum(hoisted.values())
+    loops = [eqn for eqn in jaxpr.eqns if eqn.primitive.name == "scan"]
+
+    def hoisted(eqns: list[Any]) -> int:  # each value once
+        return sum({v: aval_nbytes(v.aval) for eqn in eqns
+                    for v in eqn.invars[:scan_num_consts(eqn)]
+                    if not isinstance(v, Literal) and v in produced}.values())
+
+    def peak(loop: Any, outputs: tuple[int, ...]) -> int:  # a loop body: inputs outside
+        body = loop.params["jaxpr"].jaxpr
+        return Walker().peak(body, (OUTSIDE,) * len(body.invars), outputs).nbytes
+
+    forward, backward = loops[0], loops[-1]
+    carry = len(jax.tree.leaves(x))  # the layer maps x to x's structure: the loops' carry
+    rows = sum(aval_nbytes(v.aval) for v in forward.outvars[carry:]) // 2
+    grads = len(backward.outvars) - carry  # after the carry: the parameters' gradient rows
+    return ScanBody(hoisted(loops), hoisted([backward]), rows,
+                    peak(forward, (KEPT,) * len(forward.outvars)),
+                    peak(backward, (KEPT,) * carry + (UNCOUNTED,) * grads),
+                    peak(backward, (KEPT,) * len(backward.outvars)))
+
+
+def loop_invariant_bytes(layer: Callable, params: Any, x: Any) -> int:
+    """Bytes of the values the gradient of a ``lax.scan`` of two of ``layer`` (one layer's
+    ``params`` stacked twice, input ``x``; abstract or concrete) computes outside its loops
+    and passes them as loop constants: what JAX hoists out of the layer (computed from
+    constants alone), each value once (:func:`scan_body`)."""
+    return scan_body(layer, params, x).invariants
+
+
+def stored_layer(layer: Callable, policy: Callable | None) -> Callable:
+    """``layer`` as a layer that stores its tape runs it: whole (``policy`` ``None``) or under
+    ``jax.checkpoint`` with ``policy`` (a chain option; no CSE across scan iterations, so
+    ``prevent_cse`` is not needed: jax.checkpoint docs)."""
+    return layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
+
+
+def margin_bytes(layer: Callable, params: Any, x: Any,
+                 policies: tuple[Callable | None, ...]) -> dict[str, Any]:
+    """The keyword arguments :func:`jaxremat.scan.family.loop_margin` takes for ``layer``
+    (one layer's ``params``, input ``x``; :mod:`jaxremat.scan.held`): ``param_bytes``; per
+    option (``policies``, as :func:`jaxremat.scan.plan.option_policies` gives them), the
+    parameter gradients its backward holds at its peak (``grad_bytes``; 0 for the whole
+    tape, which loop_margin does not read), the loop invariants a scan of it hoists
+    (``invariant_bytes``) and what such a scan holds (``scan_bodies``:
+    :class:`jaxremat.scan.loops.ScanBody`)."""
+    stored = [stored_layer(layer, policy) for policy in policies]
+    bodies = tuple(scan_body(f, params, x) for f in stored)
+    return {"param_bytes": sum(math.prod(s.shape) * s.dtype.itemsize
+                               for s in jax.tree.leaves(params)),
+            "grad_bytes": (0,) + tuple(held_gradient_bytes(f, params, x) for f in stored[1:]),
+            "invariant_bytes": tuple(b.invariants for b in bodies), "scan_bodies": bodies}

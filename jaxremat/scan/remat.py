@@ -54,7 +54,8 @@ from ..sequence.plan import check_settings
 from ..sequence.policies import check_policies
 from ..sequence.profile import profile_sequence
 from .family import FamilyInfeasible, choose, loop_margin, member_schedule
-from .held import held_gradient_bytes, loop_invariant_bytes
+from .held import margin_bytes, stored_layer as _stored
+from .loops import ScanBody
 from .members import UNROLL, NestedScan, auto_unroll, check_unroll, pieces, reshaped, runs
 from .plan import ScanPlan, option_policies
 from ..trace_state import vmap_batch_size
@@ -160,34 +161,12 @@ def _scan_layers(layer: Callable, params: Any, x: Any, unroll: int = 0) -> Any:
     return jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
 
 
-def _stored(layer: Callable, policy: Callable | None) -> Callable:
-    """``layer`` as a layer that stores its tape runs it: whole (``policy`` ``None``) or under
-    ``jax.checkpoint`` with ``policy`` (a chain option; no CSE across scan iterations, so
-    ``prevent_cse`` is not needed: jax.checkpoint docs)."""
-    return layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
-
-
-def margin_bytes(layer: Callable, params: Any, x: Any,
-                 policies: tuple[Callable | None, ...]) -> dict[str, float]:
-    """The keyword arguments :func:`jaxremat.scan.family.loop_margin` takes for ``layer``
-    (one layer's ``params``, input ``x``; :mod:`jaxremat.scan.held`): ``param_bytes``;
-    ``grad_bytes``, the parameter gradients its backward holds at its peak under the
-    policies of options 1 and up (the most; 0 without such options); ``invariant_bytes``,
-    the loop invariants a scan of it hoists (the most over the options). ``policies``: per
-    option, as :func:`jaxremat.scan.plan.option_policies` gives them."""
-    stored = [_stored(layer, policy) for policy in policies]
-    return {"param_bytes": sum(math.prod(s.shape) * s.dtype.itemsize
-                               for s in jax.tree.leaves(params)),
-            "grad_bytes": max((held_gradient_bytes(f, params, x) for f in stored[1:]), default=0),
-            "invariant_bytes": max(loop_invariant_bytes(f, params, x) for f in stored)}
-
-
 _MARGINS = LRU(64)  # (layer id, signatures, options) -> (weak reference, margin_bytes)
 
 
 def _margin_sizes(layer: Callable, params: Any, x: Any, policies: tuple[Callable | None, ...],
-                  names: tuple[str, ...]) -> dict[str, float]:
-    """:func:`margin_bytes`, remembered per layer, shapes and options (``names``): its six
+                  names: tuple[str, ...]) -> dict[str, Any]:
+    """:func:`margin_bytes`, remembered per layer, shapes and options (``names``): its five
     traces cost a quarter of a plan whose profile is cached (a new budget, a new
     ``RematScan`` of the same layer)."""
     key = (id(layer), signature(params), signature(x), names)
@@ -376,9 +355,10 @@ class RematScan:
         self.profile_count += 1
         chain = _whole_inputs(profile.chain)
         policies = option_policies(profile.layers[0])
-        sizes = {name: value / batch for name, value in
-                 _margin_sizes(self._layer, one, abstract_x, policies,
-                               profile.layers[0].option_names).items()}
+        sizes = {name: (tuple(v.scaled(1 / batch) if isinstance(v, ScanBody) else v / batch
+                              for v in value) if isinstance(value, tuple) else value / batch)
+                 for name, value in _margin_sizes(self._layer, one, abstract_x, policies,
+                                                  profile.layers[0].option_names).items()}
         # once per member for this plan: the search and _fit's rounds ask again, and the
         # plain scan's and checkpoint-per-layer's terms simulate the chain (by phase)
         margin = functools.cache(functools.partial(loop_margin, chain, unroll=unroll, **sizes))

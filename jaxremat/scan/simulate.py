@@ -24,6 +24,7 @@ import numpy as np
 import solver
 from solver import Chain, OpKind, apply_op, initial_state
 
+from .loops import ScanBody, run_backward_excess, run_forward_excess
 from .members import NestedScan, body_items, pieces, reshaped, runs, skeleton, solver_plan
 
 __all__ = ["is_homogeneous", "simulate_member", "phase_peaks", "unrolled_peak",
@@ -330,19 +331,20 @@ def unrolled_peak(chain: Chain, member: NestedScan, param_bytes: float
     return float(peak), float(grads_peak)
 
 
-def scanned_runs_peak(chain: Chain, member: NestedScan, param_bytes: float, tape: float,
-                      common: float) -> tuple[float, float, float]:
+def scanned_runs_peak(chain: Chain, member: NestedScan, param_bytes: float, common: float,
+                      body: ScanBody | None = None) -> tuple[float, float, float]:
     """``(peak, runs, other)``: the chain's peak of ``member`` (two levels ``(k, j)``, its
     innermost runs scans of stored layers, none of its levels a scan of checkpointed
     pieces: :func:`jaxremat.scan.family.loop_margin`), the largest candidate of the ops of
     those runs after the loss with what their loops hold beside the chain, and the largest
-    candidate of the other ops. A run of ``n`` layers allocates its ``n`` stacked tapes and
-    its final carry before its forward loop's body, and keeps the stacked tapes to the end
-    of its backward loop, whose gradient rows (``n`` layers' parameters) and final carry
-    are allocated before its body: at its ``i``-th ``F_all`` (from 0) ``n - i`` tapes and
-    ``x`` beyond the chain, at its ``B`` op with ``r`` of its layers' ``B`` done ``r + 1``
-    tapes (the body reads its tape as a slice, live to the loop's end, as in the plain
-    scan's backward), ``x`` and ``n`` layers' parameters; each op adds ``common`` (what
+    candidate of the other ops. A run of ``n`` layers allocates its stacked rows and its
+    final carry before its forward loop's body, and keeps the stacked rows to the end of
+    its backward loop, whose gradient rows and final carry are allocated before its body:
+    at its ``i``-th ``F_all`` :func:`jaxremat.scan.loops.run_forward_excess` beside the
+    loop invariants, at its ``i``-th layer's ``B``
+    :func:`jaxremat.scan.loops.run_backward_excess` (its gradients concatenated into the
+    segment's) beside the backward loop's (``body``, :class:`jaxremat.scan.loops.ScanBody`;
+    without it one tape per row and body, no invariants); each op adds ``common`` (what
     the caller counts for every phase) and, in a checkpointed piece, its input stored
     again (``x``)."""
     L = chain.length
@@ -358,10 +360,14 @@ def scanned_runs_peak(chain: Chain, member: NestedScan, param_bytes: float, tape
         kind = op[0]
         if after_loss and kind in (OpKind.F_ALL, OpKind.B):
             start, n, checkpointed = where[op[1]]
+            i = op[1] - start
             if kind is OpKind.F_ALL:
-                candidate += (start + n - op[1]) * tape + x
+                candidate += run_forward_excess(chain, member.option, n, i, body) + \
+                    (0.0 if body is None else body.invariants)
             else:
-                candidate += (start + n - op[1]) * tape + x + n * param_bytes
+                candidate += run_backward_excess(chain, member.option, n, i, param_bytes,
+                                                 body) + \
+                    (0.0 if body is None else body.backward_invariants)
             runs = max(runs, candidate + common + (x if checkpointed else 0.0))
         else:
             other = max(other, candidate)
