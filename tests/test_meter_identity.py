@@ -6,7 +6,11 @@ implementation (commit a8de577, before the meterfast changes) on these very prog
 
     python tests/test_meter_identity.py --root /work/main        # under each interpreter
 
-which prints one table per JAX version (jaxprs differ between versions; other versions skip). For each program
+which prints one table per JAX version (jaxprs differ between versions; other versions skip).
+The structure digests were recorded again in session 18 (branch newshape7: a checkpoint
+barrier's structure entry now carries its operands' ranks, as every equation's does, so
+that :attr:`jaxremat.measure.costs.CountTerms.operations` can pair terms); every other
+value is still main's at a8de577. For each program
 they hold: ``program_memory`` with detail (peak, location, number of live values and a digest
 of the live values' locations, avals and sizes) with inputs and outputs not counted and with
 both counted; ``inputs_read``; ``count_terms`` (totals, number of terms, digests of the flops
