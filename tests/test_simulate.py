@@ -249,3 +249,19 @@ def test_outputs_outside_tapes_never_raise_a_plans_memory(chain):
         except Exception:  # infeasible at this budget
             continue
         assert make_schedule(chain, schedule.plan).peak <= fraction * budget + 1e-9
+
+
+def test_a_forward_after_the_backward_passed_its_layer_is_invalid():
+    """Once ``B(i)`` has run nothing reads what layer ``i``'s forward computes; before the
+    rule, a recomputation there could trigger the ``x_read_size`` cut of ``x[i]`` out of
+    ``tape[i-1]`` for free, and the unpruned search of tests/test_exhaustive.py found a
+    schedule cheaper than the exhaustive oracle's on a chain of zero forward times."""
+    chain = Chain(fwd_time=[1.0, 1.0], bwd_time=[1.0, 1.0], x_size=[1.0, 1.0, 1.0],
+                  xbar_size=[2.0, 2.0])
+    ops = [("F_all", 0), ("F_all", 1), ("loss", 2), ("B", 1)]
+    state = initial_state(chain)
+    for op in ops:
+        state, _, _ = apply_op(chain, state, op)
+    with pytest.raises(ValueError, match="backward has passed layer 1"):
+        apply_op(chain, state, ("F_all", 1))
+    apply_op(chain, state, ("B", 0))  # the sequence goes on as before

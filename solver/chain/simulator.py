@@ -57,7 +57,11 @@ above). Forwards may still read that ``x[i]`` (the recomputation's ``F_ck(i)`` o
 ``option_x_free``), and it is freed as ``x_size[i]`` less the bytes cut. In a plan the
 only forward on ``x[i]`` after ``F_ck(i)`` is the recomputation's.
 
-Storing a value that is already stored is an invalid sequence, like a missing input.
+Storing a value that is already stored is an invalid sequence, like a missing input, and so
+is a forward of layer ``i`` once the backward has passed it (``g[k]`` stored for some
+``k <= i``): nothing reads what it computes, and its only effect would be the cuts above
+(found by the unpruned search of tests/test_exhaustive.py on a chain of zero forward times,
+where a recomputation after ``B(2)`` cut ``x[2]`` out of ``tape[1]`` for free).
 The state is a small immutable record of bitmasks so that exhaustive searches can hash it.
 
 :func:`make_schedule` costs a plan (:mod:`solver.chain.schedule`) with the simulator.
@@ -187,6 +191,9 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
             raise ValueError(f"Op {op!r}: x[{i}] is not available.")
         if cut >> i & 1:
             raise ValueError(f"Op {op!r}: x[{i}] was cut to the part B({i}) reads.")
+        if g & ((2 << i) - 1):  # g[k], k <= i: the backward has passed layer i
+            raise ValueError(f"Op {op!r}: the backward has passed layer {i}; nothing reads "
+                             "what its forward computes.")
         if kind is OpKind.F_ALL:
             try:
                 k = option_index(chain, i, op[2]) if len(op) == 3 else 0
