@@ -257,7 +257,8 @@ def test_choice_with_the_loop_margin_is_the_best_member_by_brute_force(
     floor = functools.partial(margin, floor=True)
     costed = [(m, member_schedule(chain, m)) for m in family(L, 2, chain_options(chain))]
     needs = [s.peak + margin(m) for m, s in costed]
-    assert all(floor(m) <= margin(m) for m, _ in costed)
+    # a lower bound up to rounding (found: 3.5 against 3.4999999999999982 for 2 > 1)
+    assert all(floor(m) <= margin(m) + 1e-9 * max(1.0, abs(margin(m))) for m, _ in costed)
     budget = share * max(needs)
     fits = [s.time for (m, s), need in zip(costed, needs) if need <= budget * (1 + 1e-9)]
     if not fits:

@@ -78,8 +78,8 @@ import solver
 from solver import Chain, Schedule, make_schedule
 from solver.chain.options import layer_costs
 
-from .loops import (PerOption, ScanBody, per_option, run_backward_excess, run_forward_excess,
-                    segments_margin)
+from .loops import (PerOption, ScanBody, checkpointed_loops_peak, per_option,
+                    run_backward_excess, run_forward_excess, segments_margin)
 from .members import (UNROLL, NestedScan, family, inner_sizes, pieces, reshaped, runs,
                       solver_plan)
 from .simulate import (is_homogeneous, phase_peaks, scanned_runs_peak, simulate_member,
@@ -166,7 +166,8 @@ def chain_options(chain: Chain) -> int:
 def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
                 unroll: int = UNROLL, grad_bytes: PerOption | None = None,
                 invariant_bytes: PerOption = 0.0, floor: bool = False,
-                scan_bodies: tuple[ScanBody, ...] | None = None) -> float:
+                scan_bodies: tuple[ScanBody, ...] | None = None,
+                checkpoint_bodies: tuple[ScanBody, ...] | None = None) -> float:
     """Bytes to add to the unrolled chain's simulated peak of ``member`` for its loops and
     parameter slices: what the program-order meter (:func:`jaxremat.activation_memory`,
     loops as in :mod:`jaxremat.measure.meter`) counts and the chain does not, an upper bound
@@ -178,7 +179,8 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     (:func:`jaxremat.scan.held.loop_invariant_bytes`); ``scan_bodies``: per option, what a
     scan of the layer holds (:class:`jaxremat.scan.loops.ScanBody`, measured by
     :func:`jaxremat.scan.held.scan_body`; replaces ``invariant_bytes`` and the guesses
-    below where given);
+    below where given); ``checkpoint_bodies``: per option, what a scan of the layer under
+    ``jax.checkpoint`` holds (the same, measured on the checkpointed layer);
     ``floor``: a lower bound on the margin instead, computed without simulating (what
     :func:`choose` prunes with). ``x``: one activation; ``tape``: one layer's tape under the
     member's option.
@@ -192,7 +194,8 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
       on its ``B`` peak (the body reads its tape as a slice, live to the loop's end, and
       cannot free it early as ``bwd_tmp`` credits).
     * ``jax.checkpoint`` per layer (``(1,)``): the backward loop's final carry on the ``B``
-      peak.
+      peak, or with ``checkpoint_bodies`` what the loops hold measured on the layer
+      (:func:`jaxremat.scan.loops.checkpointed_loops_peak`) where that is more.
     * unrolled pieces (one level of at most ``unroll`` layers, or two with ``j <=
       unroll``), by op (:func:`jaxremat.scan.simulate.unrolled_peak`): the outer loop's
       carry and the segment's ``k P`` on every op, each ``B`` op's parameter gradients,
@@ -233,7 +236,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         peak = max(forward, recompute, backward)
         if not sizes:  # the plain scan
             return max(forward + tape + x, backward + tape) - peak
-        return max(forward, recompute, backward + x) - peak  # jax.checkpoint per layer
+        loops = max(forward, recompute, backward + x)  # jax.checkpoint per layer
+        if checkpoint_bodies is not None:
+            loops = max(loops, checkpointed_loops_peak(L, x, checkpoint_bodies[member.option]))
+        return loops - peak
     # under a policy, the gradients the backward loop's body holds at its peak (docstring)
     option = member.option
     grads = (param_bytes if grad_bytes is None else per_option(grad_bytes, option)) \

@@ -126,10 +126,13 @@ def margin_bytes(layer: Callable, params: Any, x: Any,
     parameter gradients its backward holds at its peak (``grad_bytes``; 0 for the whole
     tape, which loop_margin does not read), the loop invariants a scan of it hoists
     (``invariant_bytes``) and what such a scan holds (``scan_bodies``:
-    :class:`jaxremat.scan.loops.ScanBody`)."""
+    :class:`jaxremat.scan.loops.ScanBody`), and a scan of it under ``jax.checkpoint``
+    (``checkpoint_bodies``)."""
     stored = [stored_layer(layer, policy) for policy in policies]
     bodies = tuple(scan_body(f, params, x) for f in stored)
     return {"param_bytes": sum(math.prod(s.shape) * s.dtype.itemsize
                                for s in jax.tree.leaves(params)),
             "grad_bytes": (0,) + tuple(held_gradient_bytes(f, params, x) for f in stored[1:]),
-            "invariant_bytes": tuple(b.invariants for b in bodies), "scan_bodies": bodies}
+            "invariant_bytes": tuple(b.invariants for b in bodies), "scan_bodies": bodies,
+            "checkpoint_bodies": tuple(scan_body(jax.checkpoint(f, prevent_cse=False), params, x)
+                                       for f in stored)}

@@ -23,7 +23,7 @@ from solver import Chain
 from solver.chain.options import layer_costs
 
 __all__ = ["PerOption", "per_option", "ScanBody", "run_forward_excess", "run_backward_excess",
-           "segments_margin"]
+           "segments_margin", "checkpointed_loops_peak"]
 
 PerOption = float | tuple[float, ...]
 """A size :func:`jaxremat.scan.family.loop_margin` takes for every option alike, or one
@@ -56,9 +56,31 @@ class ScanBody:
     backward: float
     backward_grads: float
 
-    def scaled(self, factor: float) -> ScanBody:
-        """Every size times ``factor`` (per example under ``jax.vmap``)."""
-        return ScanBody(*(factor * v for v in dataclasses.astuple(self)))
+    def per_example(self, batch: int) -> ScanBody:
+        """Per example under a ``jax.vmap`` of ``batch`` over the activations, the
+        parameters shared (the budget's unit there): the loop invariants and the parameter
+        gradients are the batch's, divided by it; the rows and bodies were measured on one
+        example and stay (dividing them too under-counted the batch's activations: a
+        ``tanh`` stack of 24 in segments of 2 measured 1.16 of its prediction under a
+        ``vmap`` of 3; tests/test_random_scan.py)."""
+        return dataclasses.replace(
+            self, invariants=self.invariants / batch,
+            backward_invariants=self.backward_invariants / batch,
+            backward_grads=self.backward + (self.backward_grads - self.backward) / batch)
+
+
+def checkpointed_loops_peak(length: int, x: float, body: ScanBody) -> float:
+    """The meter's peak in ``jax.checkpoint`` per layer in one ``lax.scan`` of ``length``
+    layers, from ``body`` measured on a scan of the checkpointed layer
+    (:func:`jaxremat.scan.held.scan_body`): in either loop the ``length`` stacked inputs
+    (``rows``), the final carry allocated before the body and the carry in (``x`` each),
+    and the body's peak with the loop constants it reads. Where a layer's recomputation and
+    backward, fused in one body, hold more than the profile's ``bwd_tmp`` (the bias-free
+    ``x + relu(x @ w) @ v``: ``relu``'s selects and zeros), the chain's phases missed it by
+    up to a third of an activation per hidden unit (1.03-1.07 of the prediction,
+    tests/test_random_scan.py)."""
+    return length * body.rows + 2 * x + max(body.body + body.invariants,
+                                            body.backward + body.backward_invariants)
 
 
 def run_forward_excess(chain: Chain, option: int, n: int, i: int,

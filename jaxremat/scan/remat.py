@@ -355,7 +355,7 @@ class RematScan:
         self.profile_count += 1
         chain = _whole_inputs(profile.chain)
         policies = option_policies(profile.layers[0])
-        sizes = {name: (tuple(v.scaled(1 / batch) if isinstance(v, ScanBody) else v / batch
+        sizes = {name: (tuple(v.per_example(batch) if isinstance(v, ScanBody) else v / batch
                               for v in value) if isinstance(value, tuple) else value / batch)
                  for name, value in _margin_sizes(self._layer, one, abstract_x, policies,
                                                   profile.layers[0].option_names).items()}
