@@ -33,27 +33,10 @@ from hypothesis import given, settings, strategies as st
 
 import solver
 from jaxremat import activation_memory, remat_scan
+from test_random_stacks import attention, mlp  # the same blocks, scanned here
 
 KINDS = ("mlp", "attention", "tanh", "matmul")
 LENGTHS = (2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 16, 17, 23, 24)
-
-
-def _norm(x, p):
-    mu = x.mean(-1, keepdims=True)
-    return (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * p["g"]
-
-
-def mlp(p, x):
-    return x + jax.nn.gelu(_norm(x, p) @ p["w1"] + p["b1"]) @ p["w2"]
-
-
-def attention(p, x):
-    h = _norm(x, p)
-    q, k, v = (h @ p[name] for name in ("wq", "wk", "wv"))
-    scores = jnp.einsum("...td,...sd->...ts", q, k) / math.sqrt(q.shape[-1])
-    causal = jnp.tril(jnp.ones(scores.shape[-2:], bool))
-    weights = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
-    return x + jnp.einsum("...ts,...sd->...td", weights, v) @ p["wo"]
 
 
 def tanh(p, x):

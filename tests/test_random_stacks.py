@@ -49,10 +49,10 @@ def mlp(p, x):
 def attention(p, x):
     h = _norm(x, p)
     q, k, v = (h @ p[name] for name in ("wq", "wk", "wv"))
-    scores = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1])
+    scores = jnp.einsum("...td,...sd->...ts", q, k) / math.sqrt(q.shape[-1])
     causal = jnp.tril(jnp.ones(scores.shape[-2:], bool))
     weights = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
-    return x + jnp.einsum("bts,bsd->btd", weights, v) @ p["wo"]
+    return x + jnp.einsum("...ts,...sd->...td", weights, v) @ p["wo"]
 
 
 def relu2(p, x):

@@ -47,7 +47,7 @@ import jax
 from solver import Checkpoint, Layer, validate_plan
 from solver import Plan as SolverPlan
 
-from .flat_apply import flat_segment, nesting_depth
+from .flat_apply import flat_segment, nesting_depth, vjp_params_only
 from ..trace_state import is_differentiated
 
 __all__ = ["BACKENDS", "MAX_NESTING", "apply_plan"]
@@ -120,10 +120,8 @@ def _custom_vjp_segment(body: Callable, input_grad: bool = True) -> Callable:
         # Tie the recomputation to the arrival of the cotangent: XLA may not move it into
         # the forward pass, nor share it with the forward (the barrier's outputs are new).
         x, cotangent = jax.lax.optimization_barrier((x, cotangent))
-        if not input_grad:
-            _, pullback = jax.vjp(lambda p: body(p, x), segment_params)
-            return pullback(cotangent)[0], None
-        _, pullback = jax.vjp(body, segment_params, x)
+        vjp = jax.vjp if input_grad else vjp_params_only
+        _, pullback = vjp(body, segment_params, x)
         return pullback(cotangent)
 
     segment.defvjp(forward, backward)

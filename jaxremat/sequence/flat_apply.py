@@ -42,7 +42,7 @@ import jax
 
 from solver import Checkpoint, Layer
 
-__all__ = ["flat_segment", "nesting_depth"]
+__all__ = ["flat_segment", "nesting_depth", "vjp_params_only"]
 
 
 def nesting_depth(item: Any) -> int:
@@ -67,7 +67,7 @@ def _run_plain(layers: Sequence[Callable], params: Sequence[Any], x: Any, start:
     return x
 
 
-def _params_only(fn: Callable, p: Any, x: Any) -> tuple[Any, Callable]:
+def vjp_params_only(fn: Callable, p: Any, x: Any) -> tuple[Any, Callable]:
     """``jax.vjp`` of ``fn`` with respect to ``p`` alone; the pullback gives ``(dp, None)``."""
     y, pullback = jax.vjp(lambda q: fn(q, x), p)
     return y, lambda cotangent: (pullback(cotangent)[0], None)
@@ -84,7 +84,7 @@ def _forward(body: Sequence[Any], layers: Sequence[Callable], params: Sequence[A
         if isinstance(item, Layer):
             fn, p = layer_fn(item), params[item.index - offset]
             if item.index == offset and not input_grad:
-                x, pullback = _params_only(fn, p, x)
+                x, pullback = vjp_params_only(fn, p, x)
             else:
                 x, pullback = jax.vjp(fn, p, x)
             kept.append((item, pullback))
