@@ -76,3 +76,13 @@ def check_exact(chain) -> None:
         assert simulate(chain, schedule.ops) == (schedule.time, schedule.peak)
         assert schedule.time == min(time for time, peak in costs if peak <= budget)
         assert table.predicted_time(budget) == schedule.time
+
+
+def negative_bwd_tmps(draw, x_size, high: int = 3) -> list[int]:
+    """A hypothesis draw of ``bwd_tmp`` per layer from the chain's floor,
+    ``-min(x_size[i], x_size[i+1])`` (a backward that frees what it reads before ``g[i]`` is
+    whole), to ``high``."""
+    from hypothesis import strategies as st
+
+    return [draw(st.integers(-min(x_size[i], x_size[i + 1]), high))
+            for i in range(len(x_size) - 1)]

@@ -207,7 +207,8 @@ def _traced_block():
             programs[f"{key} tape"] = tape_jaxpr(t)
             programs[f"{key} tape+out"] = tape_jaxpr(t, with_output=True)
             num_out = len(jax.tree.leaves(t.output))
-            extra[key] = (transients(t, num_p, x.size * x.dtype.itemsize), t.residual_used,
+            # (fwd_tmp, bwd_tmp) as recorded; bwd_tmp_freed is new (tests/test_freed_inputs.py)
+            extra[key] = (transients(t, num_p, x.size * x.dtype.itemsize)[:2], t.residual_used,
                           input_deps(t.forward, num_out, t.residual_used, num_x), t.tape_bytes)
         programs[f"block {policy} forward"] = traced.forward
     return programs, extra

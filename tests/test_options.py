@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plans import check_exact, every_plan_cost
+from plans import check_exact, every_plan_cost, negative_bwd_tmps
 from solver import (
     BASELINE_METHODS,
     Chain,
@@ -55,7 +55,7 @@ def option_chains(draw, max_layers=4, max_options=3, read=False, rec=False):
     chain = Chain(
         fwd_time=fwd, fwd_tape_time=[draw(st.integers(0, f)) for f in fwd],
         bwd_time=ints(L, 5), x_size=x, xbar_size=[x[i + 1] + e for i, e in enumerate(ints(L, 4))],
-        fwd_tmp=ints(L, 3), bwd_tmp=ints(L, 3),
+        fwd_tmp=ints(L, 3), bwd_tmp=negative_bwd_tmps(draw, x),
         output_in_tape=draw(st.lists(st.booleans(), min_size=L, max_size=L)),
     )
     extra = []
@@ -66,7 +66,8 @@ def option_chains(draw, max_layers=4, max_options=3, read=False, rec=False):
             row.append(dict(xbar_size=x[i + 1] + draw(st.integers(0, 4)),
                             bwd_time=draw(st.integers(0, 8)), fwd_time=f,
                             fwd_tape_time=draw(st.integers(0, f)),
-                            fwd_tmp=draw(st.integers(0, 3)), bwd_tmp=draw(st.integers(0, 3)),
+                            fwd_tmp=draw(st.integers(0, 3)),
+                            bwd_tmp=draw(st.integers(-min(x[i], x[i + 1]), 3)),
                             output_in_tape=draw(st.booleans())))
         extra.append(row)
     if read:  # B(i) reads a part of x[i] under each option; F_all(i) frees the rest

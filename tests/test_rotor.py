@@ -28,7 +28,7 @@ from solver.chain.schedule import plan_to_ops
 from solver.chain.simulator import memory_trace
 from solver.chain.rotor import RotorTable, min_peak_schedule, plan_from_decisions, rotor_min_budget
 
-from plans import check_exact
+from plans import check_exact, negative_bwd_tmps
 from tiers import sweep
 
 INF = math.inf
@@ -117,7 +117,7 @@ def integer_chains(draw, max_layers=5, flagged=False, read=False, rec=False):
         x_size=x,
         xbar_size=[x[i + 1] + extra[i] for i in range(L)],
         fwd_tmp=ints(L, 3),
-        bwd_tmp=ints(L, 3),
+        bwd_tmp=negative_bwd_tmps(draw, x),
         output_in_tape=draw(st.lists(st.booleans(), min_size=L, max_size=L)) if flagged else None,
     )
 

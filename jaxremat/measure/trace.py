@@ -221,8 +221,13 @@ def tape_jaxpr(traced: "TracedLayer", *, with_output: bool = False) -> ClosedJax
     return _dead_code_removed(traced.forward, [with_output] * num_out + list(traced.residual_used))
 
 
-def transients(traced: "TracedLayer", num_params: int, input_bytes: int) -> tuple[int, int]:
-    """``(fwd_tmp, bwd_tmp)`` of a traced layer, as defined in :mod:`jaxremat.sequence.profile`."""
+def transients(traced: "TracedLayer", num_params: int, input_bytes: int
+               ) -> tuple[int, int, int]:
+    """``(fwd_tmp, bwd_tmp, bwd_tmp_freed)`` of a traced layer, as defined in
+    :mod:`jaxremat.sequence.profile`: ``bwd_tmp`` with the layer's input held through the
+    backward, ``bwd_tmp_freed`` with the input's leaves freed at their last read in it (what
+    JAX does when nothing after the backward reads them), at least
+    ``-min(input bytes, output bytes)`` (``solver.chain.options.bwd_tmp_floor``)."""
     forward = traced.forward.jaxpr
     num_out = len(jax.tree.leaves(traced.output))
     live_forward = tape_jaxpr(traced, with_output=True)
@@ -244,7 +249,20 @@ def transients(traced: "TracedLayer", num_params: int, input_bytes: int) -> tupl
     bwd_peak = program_memory(traced.backward, exclude_inputs=excluded, count_outputs=False)
     held = sum(aval_nbytes(v.aval) for k, v in enumerate(backward.invars) if k not in excluded)
     bwd_tmp = max(0, int(bwd_peak) - held - input_bytes)
-    return fwd_tmp, bwd_tmp
+    # The input's leaves the pullback reads, counted as its inputs (freed at their last read):
+    # the backward's peak may then come before g[i] is whole, below held + g[i].
+    inputs = set(forward.invars[num_params:])
+    read_inputs = [k for k in excluded if k < len(residual_vars) and traced.residual_used[k]
+                   and not isinstance(residual_vars[k], Literal) and residual_vars[k] in inputs]
+    if read_inputs:
+        freed_peak = program_memory(traced.backward, count_outputs=False,
+                                    exclude_inputs=sorted(set(excluded) - set(read_inputs)))
+        held += sum(aval_nbytes(backward.invars[k].aval) for k in read_inputs)
+    else:
+        freed_peak = bwd_peak
+    floor = -min(input_bytes, tree_bytes(traced.output))
+    bwd_tmp_freed = min(bwd_tmp, max(floor, int(freed_peak) - held - input_bytes))
+    return fwd_tmp, bwd_tmp, bwd_tmp_freed
 
 
 def _pullback_for_memory(pullback: Callable) -> Callable:

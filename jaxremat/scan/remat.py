@@ -351,7 +351,7 @@ class RematScan:
         unroll = auto_unroll(equations) if self._unroll == "auto" else self._unroll
         profile = profile_sequence([self._layer] * length, [one] * length, abstract_x,
                                    costs=self._costs, progress=False, input_grad=True,
-                                   policies=self._policies)
+                                   policies=self._policies, free_inputs=False)
         self.profile_count += 1
         chain = _whole_inputs(profile.chain)
         policies = option_policies(profile.layers[0])

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from .layer import LayerProfile
 
-__all__ = ["read_sizes", "rec_sizes"]
+__all__ = ["inputs_freed", "read_sizes", "rec_sizes"]
 
 
 def _leaves_read(flags: Sequence[tuple[bool, ...]], count: int) -> list[bool]:
@@ -59,6 +59,21 @@ def read_sizes(profiles: Sequence[LayerProfile],
             reads = [max(r, total - t) for r, t in zip(reads, tapes)]
         result.append(reads)
     return result
+
+
+def inputs_freed(profiles: Sequence[LayerProfile], sizes: Sequence[Sequence[int]]
+                 ) -> list[bool]:
+    """Per layer, whether ``B(i)`` frees the leaves of ``x[i]`` it reads as it goes (the chain
+    takes its ``bwd_tmp_freed``): nothing after it reads them, as no option of layer ``i-1``
+    reads its output (``B(i-1)`` would read ``x[i]``), and ``x[i]`` is not the sequence's
+    input (``x[0]``: the caller's array, live through the step)."""
+    freed = [False]
+    for prev, leaves in zip(profiles[:-1], sizes[1:]):
+        read = _leaves_read([prev.output_read] + [o.output_read for o in prev.options],
+                            len(leaves))
+        freed.append(not (any(read) or prev.output_in_tape
+                          or any(o.output_in_tape for o in prev.options)))
+    return freed
 
 
 def rec_sizes(profiles: Sequence[LayerProfile], sizes: Sequence[Sequence[int]],

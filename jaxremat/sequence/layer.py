@@ -52,8 +52,8 @@ class OptionProfile:
         ``tape_bytes``, which counts the device).
       transfer_time: seconds to copy them one way (``host_bytes`` / bandwidth); the times
         above include it as :func:`jaxremat.measure.offload.offload_times` overlaps it.
-      input_read, output_read, tape_deps: as for :class:`LayerProfile`, with the policy
-        applied.
+      input_read, output_read, tape_deps, bwd_tmp_freed: as for :class:`LayerProfile`,
+        with the policy applied.
     """
 
     name: str
@@ -72,6 +72,11 @@ class OptionProfile:
     input_read: tuple[bool, ...] = ()
     output_read: tuple[bool, ...] = ()
     tape_deps: tuple[bool, ...] = ()
+    bwd_tmp_freed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.bwd_tmp_freed is None:  # built by hand: the input held through the backward
+            object.__setattr__(self, "bwd_tmp_freed", self.bwd_tmp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +88,9 @@ class LayerProfile:
       input_bytes, output_bytes: bytes of ``x[i]`` and ``x[i+1]``.
       tape_bytes: ``xbar_size[i]`` (residuals kept for the backward, output included).
       fwd_tmp, bwd_tmp: transient bytes of the forward and of the backward.
+      bwd_tmp_freed: ``bwd_tmp`` when the backward frees the input leaves it reads at their
+        last read (nothing after ``B(i)`` reads them), at most ``bwd_tmp`` and possibly
+        negative (:mod:`jaxremat.sequence.profile`); ``None`` when built by hand: ``bwd_tmp``.
       fwd_time, bwd_time: the chain's times (roofline or measured seconds).
       fwd_flops, bwd_flops: ``cost_analysis()`` flops of the plain forward and of the
         backward; the backward's include the derivative factors (module docstring).
@@ -118,6 +126,7 @@ class LayerProfile:
     output_read: tuple[bool, ...] = ()
     tape_deps: tuple[bool, ...] = ()
     output_deps: tuple[tuple[bool, ...], ...] = ()
+    bwd_tmp_freed: int | None = None
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -129,6 +138,8 @@ class LayerProfile:
             object.__setattr__(self, "fwd_tape_time", self.fwd_time)
         if self.fwd_tape_flops is None:
             object.__setattr__(self, "fwd_tape_flops", self.fwd_flops)
+        if self.bwd_tmp_freed is None:  # built by hand: the input held through the backward
+            object.__setattr__(self, "bwd_tmp_freed", self.bwd_tmp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,15 +187,16 @@ def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str
     bwd_flops, bwd_bytes = bwd_flops + factor_flops, bwd_bytes + factor_bytes
     tape_flops = max(0.0, tape_flops - factor_flops)
     tape_bytes = max(0.0, tape_bytes - factor_bytes)
-    fwd_tmp, bwd_tmp = transients(traced, len(jax.tree.leaves(p)), tree_bytes(x))
+    fwd_tmp, bwd_tmp, bwd_tmp_freed = transients(traced, len(jax.tree.leaves(p)), tree_bytes(x))
     if costs == "measured":
         from ..measure.timing import measure_layer  # local: only measured costs need it
 
         measured = measure_layer(layer, p, x, traced, repeats=repeats)
         fwd_time, bwd_time = measured.fwd_time, measured.bwd_time
         tape_time = measured.fwd_tape_time
-        if measured.fwd_tmp is not None:
+        if measured.fwd_tmp is not None:  # the device's figures know nothing of freed inputs
             fwd_tmp, bwd_tmp = measured.fwd_tmp, measured.bwd_tmp
+            bwd_tmp_freed = bwd_tmp
     elif costs == "flops":
         fwd_time, bwd_time, tape_time = (f / PEAK_FLOPS for f in (fwd_flops, bwd_flops, tape_flops))
     else:
@@ -192,7 +204,8 @@ def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str
         bwd_time = roofline_time(bwd_flops, bwd_bytes)
         tape_time = roofline_time(tape_flops, tape_bytes)
     return dict(
-        tape_bytes=traced.tape_bytes, fwd_tmp=fwd_tmp, bwd_tmp=bwd_tmp, fwd_time=fwd_time,
+        tape_bytes=traced.tape_bytes, fwd_tmp=fwd_tmp, bwd_tmp=bwd_tmp,
+        bwd_tmp_freed=bwd_tmp_freed, fwd_time=fwd_time,
         bwd_time=bwd_time, fwd_flops=fwd_flops, bwd_flops=bwd_flops,
         output_in_tape=traced.output_in_tape,
         input_read=traced.input_read, output_read=traced.output_read,

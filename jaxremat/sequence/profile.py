@@ -46,6 +46,15 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   when ``B(i)`` starts, and ``x_size[i]`` is the new ``g[i]`` the simulator adds. A layer that
   frees its residuals while its backward runs thus gets ``bwd_tmp`` near zero, as it
   should: the simulator's ``B(i)`` peak is then what the meter sees.
+  The input is held through the backward only where something after ``B(i)`` reads it:
+  ``B(i-1)``, when some option of layer ``i-1`` reads its output, or the caller, for
+  ``x[0]``. Elsewhere JAX frees the input's leaves at their last read in the pullback,
+  often before ``g[i]`` is whole (a ``dots_saveable`` block reads its input to recompute,
+  then never again), so the chain takes ``bwd_tmp_freed``: the same difference with the
+  read input leaves counted as the pullback's inputs, in ``inputs(backward)`` too, and so
+  negative where the pullback peaks before ``g[i]`` exists, down to
+  ``-min(x_size[i], x_size[i+1])`` (``solver.Chain.bwd_tmp``; :func:`jaxremat.sequence.held.inputs_freed`
+  decides per layer). ``remat_scan`` holds every input (``free_inputs=False``).
 * ``fwd_tape_time[i]``: the cost of the forward that builds only the tape
   (:func:`jaxremat.measure.trace.tape_forward`: ``jax.vjp``'s forward cut down to the residuals the
   pullback reads), measured like ``fwd_time`` and capped by it. It is what recomputing the
@@ -79,9 +88,13 @@ Where the chain and the meter differ (checked in tests/test_profile.py and
 tests/test_sequence.py, shown by benchmarks/jax_memory.py). The chain follows Rotor's model,
 so it is conservative where JAX frees memory earlier than the model says:
 
-* ``B(i)`` holds the layer's input and tape until ``g[i]`` exists; JAX frees residuals as the
-  backward goes. ``bwd_tmp`` measures the excess over the inputs, clamped at zero, so a
-  layer whose residuals die before ``g[i]`` is made is overestimated by up to ``x_size[i]``.
+* Fixed by ``bwd_tmp_freed``: ``B(i)`` held the layer's input and tape until ``g[i]``
+  exists, where JAX frees them as the backward goes; ``bwd_tmp``, clamped at zero,
+  overestimated a layer whose residuals die before ``g[i]`` is made by up to
+  ``x_size[i]``. Uniform ``dots_saveable`` / ``dots_with_no_batch_dims_saveable`` plans of
+  the GPT, MLP and GPT-2-block stacks of ``benchmarks/policies.py`` went from 0.988-0.993
+  of the prediction to 1.000 with it (``benchmarks/prediction.py``). Where the input stays
+  (above), the clamped ``bwd_tmp`` remains.
 * Fixed by ``x_read_size``: when neither layer ``i`` nor layer ``i+1`` reads ``x[i+1]`` in
   its backward (pre-norm residual blocks), JAX frees it after layer ``i+1``'s forward; the
   chain held it until ``B(i+1)``. The GPT and MLP stacks of ``benchmarks/jax_memory.py`` went
@@ -123,7 +136,7 @@ from ..trees import abstractify, check_layers, check_params, leaf_bytes, signatu
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
                     forward_costs, layer_costs, roofline_time)
 from .calibration import CostMeter, Uncalibrated, meter_for
-from .held import read_sizes, rec_sizes
+from .held import inputs_freed, read_sizes, rec_sizes
 from .derive import deriving_tracer, recording_tracer, same_profile
 from .options import Tracer, layer_options, trace, with_options
 from .policies import OFFLOAD_POLICIES, check_policies
@@ -344,6 +357,7 @@ def profile_sequence(
     repeats: int = 7,
     input_grad: bool = True,
     policies: Any = None,
+    free_inputs: bool = True,
 ) -> Profile:
     """Profile ``layers`` on ``params`` and ``x`` into a :class:`Profile` (module docstring).
 
@@ -365,6 +379,10 @@ def profile_sequence(
         (:mod:`jaxremat.sequence.policies`): ``None`` for the default menu (``"dots"``,
         ``"dots_no_batch"``, ``"names"``), a sequence of names and callables, or ``()`` for
         the whole tape only (no options).
+      free_inputs: whether a backward frees the input leaves it reads as it goes where
+        nothing after it reads them (``LayerProfile.bwd_tmp_freed``, module docstring), as
+        JAX does in an unrolled sequence; ``False`` holds every input through its backward
+        (:func:`jaxremat.remat_scan`'s chain, whose loops carry whole activations).
 
     Layers that are the same function object on the same shapes are profiled once, also
     across calls (:func:`profile_cache`).
@@ -402,20 +420,21 @@ def profile_sequence(
         found = dataclasses.replace(found, index=i)
         profiles.append(found)
         current = output
+    freed = inputs_freed(profiles, sizes) if free_inputs else [False] * len(profiles)
     chain = Chain(
         fwd_time=[p.fwd_time for p in profiles],
         bwd_time=[p.bwd_time for p in profiles],
         x_size=[p.input_bytes for p in profiles] + [profiles[-1].output_bytes],
         xbar_size=[p.tape_bytes for p in profiles],
         fwd_tmp=[p.fwd_tmp for p in profiles],
-        bwd_tmp=[p.bwd_tmp for p in profiles],
+        bwd_tmp=[p.bwd_tmp_freed if f else p.bwd_tmp for p, f in zip(profiles, freed)],
         output_in_tape=[p.output_in_tape for p in profiles],
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
     )
     reads = read_sizes(profiles, sizes)
     chain = dataclasses.replace(chain, x_read_size=[r[0] for r in reads],
                                 x_rec_size=rec_sizes(profiles, sizes, reads))
-    chain = with_options(chain, profiles, reads)
+    chain = with_options(chain, profiles, reads, freed)
     return Profile(chain=chain, layers=tuple(profiles), costs=costs)
 
 

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import float_array
-from .options import LayerOptions
+from .options import SIGNED_FIELDS, LayerOptions, check_bwd_tmp
 
 __all__ = ["Chain"]
 
@@ -30,7 +30,8 @@ def _as_vector(name: str, values: Sequence[float] | np.ndarray, length: int) -> 
         raise ValueError(f"Chain.{name} must be one-dimensional, got shape {array.shape}.")
     if array.shape[0] != length:
         raise ValueError(f"Chain.{name} must have {length} entries, got {array.shape[0]}.")
-    bad = np.flatnonzero(~np.isfinite(array) | (array < 0))
+    signed = name in SIGNED_FIELDS  # its own lower bound is checked with the sizes
+    bad = np.flatnonzero(~np.isfinite(array) | ((array < 0) & (not signed)))
     if bad.size:
         i = int(bad[0])
         raise ValueError(
@@ -70,7 +71,13 @@ class Chain:
         ran in "save all" mode, **including its output** ``x[i+1]`` and excluding its input
         ``x[i]``. Hence ``xbar_size[i] >= x_size[i + 1]``.
       fwd_tmp: ``L`` transient sizes while a forward runs (default zeros).
-      bwd_tmp: ``L`` transient sizes while a backward runs (default zeros).
+      bwd_tmp: ``L`` transient sizes while a backward runs (default zeros): ``B(i)``'s peak is
+        what it holds once ``g[i]`` is stored, plus ``bwd_tmp[i]``. It may be negative, down to
+        ``-min(x_size[i], x_size[i+1])``: a backward that frees what it reads (its input, its
+        tape, ``g[i+1]``) before ``g[i]`` is whole peaks below that sum, and no lower than
+        what it holds as it starts (``g[i+1]`` and the tape, no ``g[i]`` yet) or ends
+        (``g[i]``), which is what the bound keeps: the op's peak is never below the states
+        before and after it.
       output_in_tape: ``L`` booleans (default all true): whether layer ``i``'s backward
         reads its output ``x[i+1]``. When it does not (a linear layer, a convolution, a
         layer norm's affine output), ``F_all(i)`` stores ``x[i+1]`` *on its own* beside a
@@ -159,6 +166,7 @@ class Chain:
                 "Chain: the sizes or times sum to infinity in float64; express them in larger "
                 "units (e.g. MiB instead of bytes, ms instead of ns)."
             )
+        check_bwd_tmp(self.bwd_tmp, self.x_size, "Chain.bwd_tmp")
         short = np.flatnonzero(self.xbar_size < self.x_size[1:])
         if short.size:
             i = int(short[0])

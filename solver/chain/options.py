@@ -17,7 +17,8 @@ of the same name means for the whole tape:
 - ``fwd_time``, ``fwd_tape_time``: the forward, and the forward that builds only the tape
   (what ``F_all(i)`` costs while ``g[i+1]`` is held), ``fwd_tape_time <= fwd_time``;
 - ``bwd_time``, ``bwd_tmp``: the backward, the recomputation the option implies included,
-  and its transient bytes; ``fwd_tmp``: the forward's transient bytes;
+  and its transient bytes (negative down to ``-min(x_size[i], x_size[i+1])``, as the chain's:
+  :func:`bwd_tmp_floor`); ``fwd_tmp``: the forward's transient bytes;
 - ``output_in_tape``: whether ``B(i)`` reads ``x[i+1]`` under option ``k``;
 - ``x_read_size`` (optional, default the chain's ``x_read_size`` for every option): the
   bytes of ``x[i]`` that ``B(i)`` reads under option ``k`` (a policy that recomputes from
@@ -41,7 +42,8 @@ import numpy as np
 
 from ..errors import float_array
 
-__all__ = ["LayerOptions", "LayerCosts", "layer_costs", "option_index", "MAX_OPTIONS"]
+__all__ = ["LayerOptions", "LayerCosts", "layer_costs", "option_index", "bwd_tmp_floor",
+           "check_bwd_tmp", "MAX_OPTIONS", "SIGNED_FIELDS"]
 
 MAX_OPTIONS = 256  # options per layer; the simulator packs a tape's option in 8 bits
 
@@ -49,6 +51,37 @@ FLOAT_FIELDS = ("xbar_size", "fwd_time", "fwd_tape_time", "bwd_time", "fwd_tmp",
 _OPTIONAL = {"fwd_time", "fwd_tape_time", "fwd_tmp", "bwd_tmp", "output_in_tape", "name",
              "x_read_size"}
 _KEYS = set(FLOAT_FIELDS) | _OPTIONAL
+
+SIGNED_FIELDS = frozenset({"bwd_tmp"})
+"""The fields that may be negative, down to their own floor (:func:`bwd_tmp_floor`)."""
+
+
+def bwd_tmp_floor(x_size: np.ndarray) -> np.ndarray:
+    """``(L,)``: the least ``bwd_tmp[i]`` a chain takes, ``-min(x_size[i], x_size[i+1])``.
+
+    ``B(i)``'s peak is what it holds once ``g[i]`` is stored plus ``bwd_tmp[i]``; a backward
+    that frees its input or ``g[i+1]`` before ``g[i]`` is whole peaks lower, but never below
+    what it holds as it starts (without ``g[i]``: ``bwd_tmp >= -x_size[i]``) or as it ends
+    (without ``g[i+1]``). With this floor every op's peak is at least the states before and
+    after it, which the simulator and Rotor's DP rely on (only op peaks are checked)."""
+    x = np.asarray(x_size, dtype=np.float64)
+    return -np.minimum(x[:-1], x[1:])
+
+
+def check_bwd_tmp(bwd_tmp: np.ndarray, x_size: np.ndarray, where: str) -> None:
+    """Raise ``ValueError`` where ``bwd_tmp`` (``(L,)`` or ``(L, K)``, absent options as 0)
+    is below :func:`bwd_tmp_floor`; ``where`` names the field (``"Chain.bwd_tmp"``)."""
+    floor = bwd_tmp_floor(x_size)
+    values = bwd_tmp if bwd_tmp.ndim == 2 else bwd_tmp[:, None]
+    low = np.argwhere(values < floor[:, None])
+    if low.size:
+        i, k = (int(v) for v in low[0])
+        at = f"[{i}]" if bwd_tmp.ndim == 1 else f"[{i}, {k}]"
+        raise ValueError(
+            f"{where}{at} = {float(values[i, k])!r} is below -min(x_size[{i}], x_size[{i + 1}]) = "
+            f"{float(floor[i])!r}: a backward peaks at least at what it holds as it starts or "
+            f"ends; pass at least that bound."
+        )
 
 
 class ChainFields(Protocol):
@@ -73,7 +106,8 @@ def _matrix(name: str, values: Any, shape: tuple[int, int], valid: np.ndarray) -
             f"LayerOptions.{name} must have shape {shape} (layers, options), got {array.shape}."
         )
     array = np.where(valid, array, 0.0)
-    bad = np.argwhere(~np.isfinite(array) | (array < 0))
+    signed = name in SIGNED_FIELDS  # its floor is checked against the chain's sizes
+    bad = np.argwhere(~np.isfinite(array) | ((array < 0) & (not signed)))
     if bad.size:
         i, k = (int(v) for v in bad[0])
         raise ValueError(
@@ -270,6 +304,7 @@ class LayerOptions:
                     f"differs from the chain's x_read_size[{i}] = {float(chain.x_read_size[i])!r}: "
                     "option 0 is the chain's own whole tape."
                 )
+        check_bwd_tmp(self.bwd_tmp, chain.x_size, "Chain.options.bwd_tmp")
         short = np.argwhere(self.valid & (self.xbar_size < chain.x_size[1:, None]))
         if short.size:
             i, k = (int(v) for v in short[0])
