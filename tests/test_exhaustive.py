@@ -48,7 +48,9 @@ def unpruned_optimum(chain: Chain, budget: float) -> float:
     heap = [(0.0, next(counter), start)]
     while heap:
         cost, _, state = heapq.heappop(heap)
-        key = (state.x, state.tape, state.g, state.tape_options, state.cut, state.cut_options)
+        key = (state.x, state.tape, state.g, state.tape_options, state.cut, state.cut_options,
+               state.rec)  # rec: x[i] cut by F_ck holds less (it was missing: a state after
+        # F_ck(0) and a drop of x[1] looked like the start, holding all of x[0])
         if key in best:
             continue
         best[key] = cost

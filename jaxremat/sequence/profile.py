@@ -430,6 +430,8 @@ def profile_sequence(
         bwd_tmp=[p.bwd_tmp_freed if f else p.bwd_tmp for p, f in zip(profiles, freed)],
         output_in_tape=[p.output_in_tape for p in profiles],
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
+        fwd_tape_tmp=(None if any(p.fwd_tape_tmp is None for p in profiles)
+                      else [p.fwd_tape_tmp for p in profiles]),
     )
     reads = read_sizes(profiles, sizes)
     chain = dataclasses.replace(chain, x_read_size=[r[0] for r in reads],
