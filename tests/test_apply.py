@@ -186,9 +186,10 @@ def run_jitted(fn, *args):
     return compiled(*args)
 
 
-def min_budget(layers, params, x):
+def min_budget(layers, params, x, backend="checkpoint"):
+    """The least budget of ``backend``'s plans (``custom_vjp`` recomputes whole forwards)."""
     with pytest.raises(solver.InfeasibleBudget) as info:
-        remat_sequence(layers, 1).plan(params, x)
+        remat_sequence(layers, 1, backend=backend).plan(params, x)
     return info.value.min_budget
 
 
@@ -282,7 +283,7 @@ def test_random_keys_reproduce_on_recomputation(backend):
     layers, params, x = dropout_stack(3)
     seqs = [remat_sequence(layers, budget, method=method, backend=backend)
             for method, budget in (("every_layer", 10**15),
-                                   ("rotor", min_budget(layers, params, x)))]
+                                   ("rotor", min_budget(layers, params, x, backend)))]
     # every_layer and the least-memory rotor plan recompute the dropout masks and noise
     for seq in seqs:
         assert max(seq.plan(params, x).forward_counts) >= 2
@@ -311,7 +312,7 @@ def _marked_tanh_stack(depth=9, width=16):
 def test_forward_runs_in_program_match_schedule(backend, method):
     layers, params, x = _marked_tanh_stack()
     if method.startswith("rotor"):
-        low = min_budget(layers, params, x)
+        low = min_budget(layers, params, x, backend)
         budget = low if method == "rotor-min" else mid_budget(layers, params, x)
         seq = remat_sequence(layers, budget, backend=backend)
     else:

@@ -174,12 +174,15 @@ def test_revolve_picks_the_fastest_snapshot_count_that_fits(length, seed, fracti
 
 @settings(max_examples=30, deadline=None)
 @given(length=st.integers(1, 20), seed=st.integers(0, 10**6), tape=st.booleans(),
-       flags=st.sampled_from(["all", "none", "random"]))
-def test_revolve_costs_equal_the_simulator(length, seed, tape, flags):
+       flags=st.sampled_from(["all", "none", "random"]), tape_tmp=st.booleans())
+def test_revolve_costs_equal_the_simulator(length, seed, tape, flags, tape_tmp):
     chain = random_chain(length, seed, tape_forwards=tape)
     if flags != "all":  # outputs outside the tape: the walk must free them as the simulator does
         inside = np.random.default_rng(seed).random(length) < 0.5 if flags == "random" else False
         chain = dataclasses.replace(chain, output_in_tape=np.broadcast_to(inside, (length,)))
+    if tape_tmp:  # the base case's own forward transient (Chain.fwd_tape_tmp)
+        chain = dataclasses.replace(
+            chain, fwd_tape_tmp=np.random.default_rng(seed + 1).integers(0, 60, length))
     counts, times, peaks = revolve_costs(chain)
     assert counts == tuple(range(1, max(2, length)))
     for s, time, peak in zip(counts, times, peaks):

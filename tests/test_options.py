@@ -57,6 +57,7 @@ def option_chains(draw, max_layers=4, max_options=3, read=False, rec=False):
         bwd_time=ints(L, 5), x_size=x, xbar_size=[x[i + 1] + e for i, e in enumerate(ints(L, 4))],
         fwd_tmp=ints(L, 3), bwd_tmp=negative_bwd_tmps(draw, x),
         output_in_tape=draw(st.lists(st.booleans(), min_size=L, max_size=L)),
+        fwd_tape_tmp=ints(L, 4) if draw(st.booleans()) else None,
     )
     extra = []
     for i in range(L):
@@ -68,6 +69,8 @@ def option_chains(draw, max_layers=4, max_options=3, read=False, rec=False):
                             fwd_tape_time=draw(st.integers(0, f)),
                             fwd_tmp=draw(st.integers(0, 3)),
                             bwd_tmp=draw(st.integers(-min(x[i], x[i + 1]), 3)),
+                            **({"fwd_tape_tmp": draw(st.integers(0, 4))}
+                               if chain.fwd_tape_tmp is not None else {}),
                             output_in_tape=draw(st.booleans())))
         extra.append(row)
     if read:  # B(i) reads a part of x[i] under each option; F_all(i) frees the rest

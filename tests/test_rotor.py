@@ -24,6 +24,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from solver import Chain, Checkpoint, InfeasibleBudget, Layer, make_schedule, simulate
+from solver.chain.options import base_forward_tmp
 from solver.chain.schedule import plan_to_ops
 from solver.chain.simulator import memory_trace
 from solver.chain.rotor import RotorTable, min_peak_schedule, plan_from_decisions, rotor_min_budget
@@ -46,12 +47,14 @@ def reference(chain: Chain, corrected: bool = True):
     fw = [float(v) for v in chain.fwd_time] + [0.0]
     bw = [float(v) for v in chain.bwd_time] + [0.0]
     ft = [float(v) for v in chain.fwd_tape_time] + [0.0]  # F_all(i) while g[i+1] is held
+    # its peak above the whole tape (the tape-only forward's, less a dropped output)
+    fttr = [int(t) - c for t, c in zip(base_forward_tmp(chain)[:, 0], cout[1:])] + [0]
 
     @functools.lru_cache(maxsize=None)
     def opt(m: int, i: int, l: int):
         """(time, plan items for layers i..min(l, L-1)) or (inf, None)."""
         if i == l:
-            need = max(cw[i + 1] + cbw[i + 1] + ftmp[i],
+            need = max(cw[i + 1] + cbw[i + 1] + fttr[i],
                        cw[i] + cw[i + 1] + cbw[i + 1] - cout[i + 1] + btmp[i])
             if m < need:
                 return INF, None
@@ -119,6 +122,7 @@ def integer_chains(draw, max_layers=5, flagged=False, read=False, rec=False):
         fwd_tmp=ints(L, 3),
         bwd_tmp=negative_bwd_tmps(draw, x),
         output_in_tape=draw(st.lists(st.booleans(), min_size=L, max_size=L)) if flagged else None,
+        fwd_tape_tmp=ints(L, 4) if draw(st.booleans()) else None,
     )
 
 
@@ -418,3 +422,19 @@ def test_checkpoint_is_cut_by_its_forward():
         Chain(**dict(kw, x_read_size=[2, 3]), x_rec_size=[1, 3])  # below what B(0) reads
     with pytest.raises(ValueError, match="exceeds x_size"):
         Chain(**kw, x_rec_size=[5, 3])
+
+
+def test_negative_transients_do_not_make_a_tiny_budget_feasible():
+    # Sizes above the table's capacity are clipped to it; a negative bwd_tmp (and a base-case
+    # forward dropping its output) rounded on its own once made thresholds negative there
+    # (writes before the table's rows). They are rounded with the size they offset now.
+    chain = Chain(fwd_time=[1, 1], bwd_time=[1, 1], x_size=[400, 400, 400], xbar_size=[900, 900],
+                  bwd_tmp=[-400, -400], output_in_tape=[False, False], fwd_tape_tmp=[0, 0])
+    least = rotor_min_budget(chain)
+    for budget in (1.0, least / 100, least - 1):
+        table = RotorTable(chain, budget, slots=50)
+        assert table.plan(budget) is None
+        with pytest.raises(InfeasibleBudget):
+            table.schedule(budget)
+    schedule = RotorTable(chain, least, slots=50).schedule(least)
+    assert schedule.peak <= least == simulate(chain, plan_to_ops(schedule.plan, 2))[1]

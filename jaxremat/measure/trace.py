@@ -222,17 +222,23 @@ def tape_jaxpr(traced: "TracedLayer", *, with_output: bool = False) -> ClosedJax
 
 
 def transients(traced: "TracedLayer", num_params: int, input_bytes: int
-               ) -> tuple[int, int, int]:
-    """``(fwd_tmp, bwd_tmp, bwd_tmp_freed)`` of a traced layer, as defined in
+               ) -> tuple[int, int, int, int]:
+    """``(fwd_tmp, bwd_tmp, bwd_tmp_freed, fwd_tape_tmp)`` of a traced layer, as defined in
     :mod:`jaxremat.sequence.profile`: ``bwd_tmp`` with the layer's input held through the
     backward, ``bwd_tmp_freed`` with the input's leaves freed at their last read in it (what
     JAX does when nothing after the backward reads them), at least
-    ``-min(input bytes, output bytes)`` (``solver.chain.options.bwd_tmp_floor``)."""
+    ``-min(input bytes, output bytes)`` (``solver.chain.options.bwd_tmp_floor``);
+    ``fwd_tape_tmp``: the forward that builds only the tape (:func:`tape_forward`), above
+    its input and the tape it stores (``solver.Chain.fwd_tape_tmp``)."""
     forward = traced.forward.jaxpr
     num_out = len(jax.tree.leaves(traced.output))
     live_forward = tape_jaxpr(traced, with_output=True)
     fwd_peak = program_memory(live_forward, exclude_inputs=range(num_params), count_outputs=True)
     fwd_tmp = max(0, int(fwd_peak) - input_bytes - traced.tape_bytes)
+    tape_peak = program_memory(tape_jaxpr(traced), exclude_inputs=range(num_params),
+                               count_outputs=True)
+    stored = traced.tape_bytes - (0 if traced.output_in_tape else tree_bytes(traced.output))
+    fwd_tape_tmp = max(0, int(tape_peak) - input_bytes - stored)
 
     backward = traced.backward.jaxpr
     # Not counted in the backward: parameters and constants (live anyway), the input x[i]
@@ -262,7 +268,7 @@ def transients(traced: "TracedLayer", num_params: int, input_bytes: int
         freed_peak = bwd_peak
     floor = -min(input_bytes, tree_bytes(traced.output))
     bwd_tmp_freed = min(bwd_tmp, max(floor, int(freed_peak) - held - input_bytes))
-    return fwd_tmp, bwd_tmp, bwd_tmp_freed
+    return fwd_tmp, bwd_tmp, bwd_tmp_freed, fwd_tape_tmp
 
 
 def _pullback_for_memory(pullback: Callable) -> Callable:

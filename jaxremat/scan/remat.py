@@ -237,6 +237,7 @@ def _whole_inputs(chain: Chain) -> Chain:
     default, for every option, and so ``Chain.x_rec_size``): a scan carries whole activations between its iterations, and
     the segment replay (:mod:`jaxremat.scan.simulate`) records no inputs cut by ``F_all``, so
     remat_scan plans conservatively, as before the field."""
+    chain = chain.with_full_forwards()  # the segment replay charges whole forwards
     options = chain.options
     if options is not None and options.x_read_size is not None:
         options = dataclasses.replace(options, x_read_size=None)

@@ -52,8 +52,8 @@ class OptionProfile:
         ``tape_bytes``, which counts the device).
       transfer_time: seconds to copy them one way (``host_bytes`` / bandwidth); the times
         above include it as :func:`jaxremat.measure.offload.offload_times` overlaps it.
-      input_read, output_read, tape_deps, bwd_tmp_freed: as for :class:`LayerProfile`,
-        with the policy applied.
+      input_read, output_read, tape_deps, bwd_tmp_freed, fwd_tape_tmp: as for
+        :class:`LayerProfile`, with the policy applied.
     """
 
     name: str
@@ -73,6 +73,7 @@ class OptionProfile:
     output_read: tuple[bool, ...] = ()
     tape_deps: tuple[bool, ...] = ()
     bwd_tmp_freed: int | None = None
+    fwd_tape_tmp: int | None = None
 
     def __post_init__(self) -> None:
         if self.bwd_tmp_freed is None:  # built by hand: the input held through the backward
@@ -91,6 +92,9 @@ class LayerProfile:
       bwd_tmp_freed: ``bwd_tmp`` when the backward frees the input leaves it reads at their
         last read (nothing after ``B(i)`` reads them), at most ``bwd_tmp`` and possibly
         negative (:mod:`jaxremat.sequence.profile`); ``None`` when built by hand: ``bwd_tmp``.
+      fwd_tape_tmp: the transient of the forward that builds only the tape, above the input
+        and the tape it stores (``solver.Chain.fwd_tape_tmp``); ``None`` when built by hand:
+        the full forward's (the chain's default).
       fwd_time, bwd_time: the chain's times (roofline or measured seconds).
       fwd_flops, bwd_flops: ``cost_analysis()`` flops of the plain forward and of the
         backward; the backward's include the derivative factors (module docstring).
@@ -127,6 +131,7 @@ class LayerProfile:
     tape_deps: tuple[bool, ...] = ()
     output_deps: tuple[tuple[bool, ...], ...] = ()
     bwd_tmp_freed: int | None = None
+    fwd_tape_tmp: int | None = None
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -187,16 +192,18 @@ def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str
     bwd_flops, bwd_bytes = bwd_flops + factor_flops, bwd_bytes + factor_bytes
     tape_flops = max(0.0, tape_flops - factor_flops)
     tape_bytes = max(0.0, tape_bytes - factor_bytes)
-    fwd_tmp, bwd_tmp, bwd_tmp_freed = transients(traced, len(jax.tree.leaves(p)), tree_bytes(x))
+    fwd_tmp, bwd_tmp, bwd_tmp_freed, fwd_tape_tmp = transients(traced, len(jax.tree.leaves(p)),
+                                                               tree_bytes(x))
     if costs == "measured":
         from ..measure.timing import measure_layer  # local: only measured costs need it
 
         measured = measure_layer(layer, p, x, traced, repeats=repeats)
         fwd_time, bwd_time = measured.fwd_time, measured.bwd_time
         tape_time = measured.fwd_tape_time
-        if measured.fwd_tmp is not None:  # the device's figures know nothing of freed inputs
+        if measured.fwd_tmp is not None:  # the device's figures: the full forward, x held
             fwd_tmp, bwd_tmp = measured.fwd_tmp, measured.bwd_tmp
             bwd_tmp_freed = bwd_tmp
+            fwd_tape_tmp = fwd_tmp + (0 if traced.output_in_tape else tree_bytes(traced.output))
     elif costs == "flops":
         fwd_time, bwd_time, tape_time = (f / PEAK_FLOPS for f in (fwd_flops, bwd_flops, tape_flops))
     else:
@@ -205,7 +212,7 @@ def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str
         tape_time = roofline_time(tape_flops, tape_bytes)
     return dict(
         tape_bytes=traced.tape_bytes, fwd_tmp=fwd_tmp, bwd_tmp=bwd_tmp,
-        bwd_tmp_freed=bwd_tmp_freed, fwd_time=fwd_time,
+        bwd_tmp_freed=bwd_tmp_freed, fwd_tape_tmp=fwd_tape_tmp, fwd_time=fwd_time,
         bwd_time=bwd_time, fwd_flops=fwd_flops, bwd_flops=bwd_flops,
         output_in_tape=traced.output_in_tape,
         input_read=traced.input_read, output_read=traced.output_read,

@@ -83,7 +83,8 @@ def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyO
     found = OptionProfile(
         name=option.name, policy=option.policy, tape_bytes=found["tape_bytes"],
         fwd_tmp=found["fwd_tmp"], bwd_tmp=found["bwd_tmp"],
-        bwd_tmp_freed=found["bwd_tmp_freed"], fwd_time=base.fwd_time,
+        bwd_tmp_freed=found["bwd_tmp_freed"], fwd_tape_tmp=found["fwd_tape_tmp"],
+        fwd_time=base.fwd_time,
         fwd_tape_time=min(found["fwd_tape_time"], base.fwd_time),
         bwd_time=max(found["bwd_time"], _backward_floor(base, found["bwd_flops"], costs)),
         fwd_tape_flops=min(found["fwd_tape_flops"], base.fwd_flops),
@@ -99,7 +100,7 @@ def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyO
                                     host_bytes=traced.host_bytes, transfer_time=transfer)
     # equal shapes alone do not make equal tapes (tanh(x @ w) vs x @ w): the costs must agree too
     key = (tape_signature(traced), found.bwd_flops, found.fwd_tape_flops, found.fwd_tmp,
-           found.bwd_tmp, found.bwd_tmp_freed)
+           found.bwd_tmp, found.bwd_tmp_freed, found.fwd_tape_tmp)
     return found, key
 
 
@@ -127,7 +128,7 @@ def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: T
     menu_options, notes = menu_for(menu, layer, p, x, plain)
     dropped: list[tuple[str, str]] = list(notes)
     seen = {(tape_signature(traced), base.bwd_flops, base.fwd_tape_flops, base.fwd_tmp,
-             base.bwd_tmp, base.bwd_tmp_freed): "everything"}
+             base.bwd_tmp, base.bwd_tmp_freed, base.fwd_tape_tmp): "everything"}
     no_host = None
     for option in menu_options[1:]:
         if option.offload and (no_host := no_host or offload.offload_unavailable()):
@@ -158,8 +159,10 @@ def layer_options(layer: Callable, p: Any, x: Any, base: LayerProfile, traced: T
 def _dominates(a: OptionProfile, b: OptionProfile) -> bool:
     """Whether option ``a`` is no worse than ``b`` in every field of the chain and better in
     one (then no plan needs ``b``)."""
-    fields = ("tape_bytes", "fwd_time", "fwd_tape_time", "bwd_time", "fwd_tmp", "bwd_tmp",
-              "bwd_tmp_freed")
+    fields = ["tape_bytes", "fwd_time", "fwd_tape_time", "bwd_time", "fwd_tmp", "bwd_tmp",
+              "bwd_tmp_freed"]
+    if a.fwd_tape_tmp is not None and b.fwd_tape_tmp is not None:
+        fields.append("fwd_tape_tmp")
     no_worse = all(getattr(a, f) <= getattr(b, f) for f in fields)
     return (no_worse and a.output_in_tape == b.output_in_tape
             and any(getattr(a, f) < getattr(b, f) for f in fields))
@@ -179,6 +182,8 @@ def with_options(chain: Chain, profiles: Sequence[LayerProfile],
     extra = [[dict(xbar_size=o.tape_bytes, fwd_time=o.fwd_time, fwd_tape_time=o.fwd_tape_time,
                    bwd_time=o.bwd_time, fwd_tmp=o.fwd_tmp,
                    bwd_tmp=o.bwd_tmp_freed if freed[i] else o.bwd_tmp,
+                   **({} if o.fwd_tape_tmp is None or chain.fwd_tape_tmp is None
+                      else {"fwd_tape_tmp": o.fwd_tape_tmp}),
                    output_in_tape=o.output_in_tape, name=o.name,
                    x_read_size=chain.x_read_size[i] if reads is None else reads[i][k + 1])
               for k, o in enumerate(p.options)]

@@ -18,6 +18,8 @@ from solver.compare import budget_range, compare_methods, format_table
 from solver.solve import ORACLE_METHODS
 
 from ..budget import empty_input_hint, resolve_budget
+from .apply import MAX_NESTING
+from .flat_apply import nesting_depth
 from .options import option_aliases
 from .profile import COSTS, LayerProfile, Profile
 
@@ -341,13 +343,21 @@ def solve_plan(
         and binary units, for the whole batch.
     """
     check_method(method)
-    chain = profile.chain
+    # The custom_vjp backend and flat segments recompute a segment's last layer with jax.vjp,
+    # its whole forward; jax.checkpoint and Flax's remat only the tape (Chain.fwd_tape_tmp).
+    chain = profile.chain.with_full_forwards() if backend == "custom_vjp" else profile.chain
     no_remat = make_schedule(chain, tuple(Layer(i) for i in range(chain.length))).peak
     budget_bytes = resolve_budget(budget, no_remat * batch_size)
+    aliases = [option_aliases(p.dropped) for p in profile.layers]
     try:
         schedule = solver.solve(chain, budget_bytes / batch_size, method=method,
-                                slots=solver.scaled_slots(chain.length, slots),
-                                aliases=[option_aliases(p.dropped) for p in profile.layers])
+                                slots=solver.scaled_slots(chain.length, slots), aliases=aliases)
+        if backend == "checkpoint" and max(map(nesting_depth, schedule.plan), default=0) \
+                > MAX_NESTING and chain is not chain.with_full_forwards():
+            chain = chain.with_full_forwards()  # applied flat (jaxremat.sequence.flat_apply)
+            schedule = solver.solve(chain, budget_bytes / batch_size, method=method,
+                                    slots=solver.scaled_slots(chain.length, slots),
+                                    aliases=aliases)
     except solver.InfeasibleBudget as error:
         raise solver.InfeasibleBudget(
             budget_bytes, error.min_budget * batch_size, method, units="bytes",

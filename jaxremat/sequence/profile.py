@@ -55,6 +55,11 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   negative where the pullback peaks before ``g[i]`` exists, down to
   ``-min(x_size[i], x_size[i+1])`` (``solver.Chain.bwd_tmp``; :func:`jaxremat.sequence.held.inputs_freed`
   decides per layer). ``remat_scan`` holds every input (``free_inputs=False``).
+  ``fwd_tape_tmp[i]``: the same for the forward that builds only the tape
+  (:func:`jaxremat.measure.trace.tape_forward`), what ``jax.checkpoint`` runs to recompute
+  a segment's last layer while ``g[i+1]`` is held: its peak above the input and the tape it
+  stores (``solver.Chain.fwd_tape_tmp``; the ``custom_vjp`` backend runs the whole forward
+  there and plans with ``Chain.with_full_forwards``).
 * ``fwd_tape_time[i]``: the cost of the forward that builds only the tape
   (:func:`jaxremat.measure.trace.tape_forward`: ``jax.vjp``'s forward cut down to the residuals the
   pullback reads), measured like ``fwd_time`` and capped by it. It is what recomputing the
@@ -430,6 +435,8 @@ def profile_sequence(
         bwd_tmp=[p.bwd_tmp_freed if f else p.bwd_tmp for p, f in zip(profiles, freed)],
         output_in_tape=[p.output_in_tape for p in profiles],
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
+        fwd_tape_tmp=(None if any(p.fwd_tape_tmp is None for p in profiles)
+                      else [p.fwd_tape_tmp for p in profiles]),
     )
     reads = read_sizes(profiles, sizes)
     chain = dataclasses.replace(chain, x_read_size=[r[0] for r in reads],

@@ -32,6 +32,7 @@ from numba import njit
 
 from ..errors import InfeasibleBudget
 from .chain import Chain
+from .options import base_forward_tmp
 from .schedule import Checkpoint, Layer, Plan, Schedule
 from .simulator import make_schedule
 
@@ -229,8 +230,8 @@ def _revolve_tree(length, snaps, table):
 
 
 @njit(cache=True)
-def _walk(snaps, table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fprefix, first,
-          sparse):
+def _walk(snaps, table, x, xbar, tape, inside, ftmp, btmp, fttmp, fwd, bwd, ftape, fprefix,
+          first, sparse):
     """``(time, peak, nesting)`` of revolve with ``snaps`` snapshots, from its plan tree.
 
     Nodes are costed children first: a node's peak above the memory it starts from, and
@@ -242,8 +243,9 @@ def _walk(snaps, table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fpre
     A node's last layer runs ``F_all`` while ``g[last+1]`` is held (``ftape``, the chain's
     ``fwd_tape_time``), except the root's, which the loss follows (``fwd``). Outputs outside
     the tape (``inside`` false): that ``F_all`` stores ``tape`` (the chain's ``tape_size``)
-    and drops the output, which still counts in its peak; the root's stores the output on
-    its own as well, and the loss frees it.
+    and peaks ``fttmp`` above it (:func:`solver.chain.options.base_forward_tmp`: by default the
+    output it drops and ``ftmp``); the root's stores the output on its own as well, and the
+    loss frees it.
     """
     L = fwd.shape[0]
     start, steps, alone, item_lo, item_hi = _revolve_tree(L, snaps, table)
@@ -264,7 +266,10 @@ def _walk(snaps, table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fpre
             mem += x[b]
             time += fprefix[b] - fprefix[a]
         last = start[k] + steps[k] - 1
-        peak = max(peak, mem + xbar[last] + ftmp[last])  # F_all(last)
+        if k == 0:  # F_all(last), the loss next
+            peak = max(peak, mem + xbar[last] + ftmp[last])
+        else:  # F_all(last) with g[last+1] held: the tape-only forward
+            peak = max(peak, mem + tape[last] + fttmp[last])
         mem += xbar[last] if k == 0 else tape[last]
         time += fwd[last] if k == 0 else ftape[last]
         if k == 0:  # the loss: x[L] sits in tape[L-1] or on its own; it adds g[L]
@@ -288,8 +293,8 @@ def _walk(snaps, table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fpre
 
 
 @njit(cache=True)
-def _walk_all(table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fprefix, first,
-              sparse):
+def _walk_all(table, x, xbar, tape, inside, ftmp, btmp, fttmp, fwd, bwd, ftape, fprefix,
+              first, sparse):
     """``(times, peaks, nestings)`` of revolve with ``1 .. L-1`` snapshots (index ``s - 1``)."""
     count = max(1, fwd.shape[0] - 1)
     times = np.empty(count)
@@ -297,8 +302,8 @@ def _walk_all(table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fprefix
     nestings = np.empty(count, np.int64)
     for s in range(1, count + 1):
         times[s - 1], peaks[s - 1], nestings[s - 1] = _walk(
-            s, table, x, xbar, tape, inside, ftmp, btmp, fwd, bwd, ftape, fprefix, first,
-            sparse)
+            s, table, x, xbar, tape, inside, ftmp, btmp, fttmp, fwd, bwd, ftape, fprefix,
+            first, sparse)
     return times, peaks, nestings
 
 
@@ -328,7 +333,8 @@ def revolve_costs(chain: Chain) -> tuple[tuple[int, ...], np.ndarray, np.ndarray
     inner = np.concatenate([[-np.inf], x[1:-1] + x[2:] + ftmp[1:]])
     times, peaks, nestings = _walk_all(
         _beta_table(chain.length), x, chain.xbar_size, chain.tape_size, chain.output_in_tape,
-        ftmp, chain.bwd_tmp, chain.fwd_time,
+        ftmp, chain.bwd_tmp, base_forward_tmp(chain)[:, 0],
+        chain.fwd_time,
         chain.bwd_time, chain.fwd_tape_time, np.concatenate([[0.0], np.cumsum(chain.fwd_time)]),
         x[1:] + ftmp,
         _sparse_max_table(inner))

@@ -112,6 +112,15 @@ class Chain:
         residuals, e.g. not the ``skip`` leaf of a ``{h, skip}`` activation that only
         outputs need). Unlike the ``x_read_size`` cut, a recomputation's forwards may read the
         cut ``x[i]``. :mod:`solver.chain.simulator` applies it.
+      fwd_tape_tmp: ``L`` sizes or ``None`` (default): what ``F_all(i)`` peaks at beside its
+        stored tape (and ``x[i]``) when ``g[i+1]`` is held, i.e. when only ``B(i)`` reads
+        what it computes (Rotor's base case, the last layer of a recomputed segment). JAX
+        then runs the forward that builds only the tape (as ``fwd_tape_time`` says): the
+        output is dead code unless the tape holds it, and so may be the full forward's
+        transients. ``None`` charges the full forward there: ``fwd_tmp``, plus the output
+        when it is outside the tape (computed, then dropped)
+        (:func:`solver.chain.options.base_forward_tmp`). The simulator and Rotor's DP charge it
+        exactly there.
       options: ``None`` (each layer's one "save" mode is its whole tape) or a
         :class:`~solver.chain.options.LayerOptions`: layer ``i`` offers ``K_i`` ways to run
         ``F_all(i)``, option 0 being the fields above (Rockmate's multi-option layers,
@@ -133,6 +142,7 @@ class Chain:
     options: LayerOptions | None = None
     x_read_size: np.ndarray | None = None
     x_rec_size: np.ndarray | None = None
+    fwd_tape_tmp: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         fwd = float_array(self.fwd_time, "Chain.fwd_time (one entry per layer)")
@@ -156,6 +166,8 @@ class Chain:
             "x_rec_size": (np.asarray(self.x_size, dtype=np.float64)[:length]
                            if self.x_rec_size is None else self.x_rec_size, length),
         }
+        if self.fwd_tape_tmp is not None:
+            fields["fwd_tape_tmp"] = (self.fwd_tape_tmp, length)
         for name, (values, n) in fields.items():
             object.__setattr__(self, name, _as_vector(name, values, n))
         object.__setattr__(self, "output_in_tape", _as_flags(self.output_in_tape, length))
@@ -267,6 +279,18 @@ class Chain:
         """This chain with per-layer options (``None``: none), checked against its fields."""
         return dataclasses.replace(self, options=options)
 
+    def with_full_forwards(self) -> "Chain":
+        """This chain charging every ``F_all`` its full forward, also in the base case
+        (``fwd_tape_tmp`` dropped, the chain's and its options'): for a backend that runs
+        the whole forward there (``jax.vjp`` of the layer computes its output and drops it)."""
+        if self.fwd_tape_tmp is None and (self.options is None
+                                          or self.options.fwd_tape_tmp is None):
+            return self
+        options = self.options
+        if options is not None and options.fwd_tape_tmp is not None:
+            options = dataclasses.replace(options, fwd_tape_tmp=None)
+        return dataclasses.replace(self, fwd_tape_tmp=None, options=options)
+
     @property
     def num_options(self) -> np.ndarray:
         """Number of options of each layer (all ones without options)."""
@@ -293,11 +317,14 @@ class Chain:
         """Whether every size is an integer (then the DP can run without rounding)."""
         sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp, self.x_read_size,
                  self.x_rec_size]
+        if self.fwd_tape_tmp is not None:
+            sizes.append(self.fwd_tape_tmp)
         if self.options is not None:
             o = self.options
             sizes += [o.xbar_size.ravel(), o.fwd_tmp.ravel(), o.bwd_tmp.ravel()]
-            if o.x_read_size is not None:
-                sizes.append(o.x_read_size.ravel())
+            for extra in (o.x_read_size, o.fwd_tape_tmp):
+                if extra is not None:
+                    sizes.append(extra.ravel())
         sizes = np.concatenate(sizes)
         return bool(np.all(sizes == np.floor(sizes)))
 
@@ -330,7 +357,10 @@ class Chain:
         )
 
     def __hash__(self) -> int:
-        return hash(tuple(getattr(self, f.name).tobytes() for f in dataclasses.fields(self)
+        def data(value: np.ndarray | None) -> bytes | None:
+            return None if value is None else value.tobytes()
+
+        return hash(tuple(data(getattr(self, f.name)) for f in dataclasses.fields(self)
                           if f.name != "options") + (self.options,))
 
     def __repr__(self) -> str:

@@ -19,12 +19,16 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
   ``cout[i+1, k]``, or ``cfree[i+1, 0]`` where the output is in the tape (``Chain`` makes
   it the same for every option of layer ``i+1`` then) (the sub-solve's
   ``F_all(i+1)`` cut that copy of ``x[i+1]``),
-- ``ftmp``, ``btmp``, ``fw``, ``bw`` (``(L+1, K)``, the loss's row 0): the transients and
-  times of ``F_all(i)`` / ``B(i)`` with option ``k``,
+- ``ftmp``, ``fw``, ``bw`` (``(L+1, K)``, the loss's row 0): the forward's transient and the
+  times of ``F_all(i)`` / ``B(i)`` with option ``k``; ``gbt`` (same shape): what ``B(i)``
+  adds to what it holds, ``g[i]`` and its transient, ``cw[i] + bwd_tmp[i, k]`` (never
+  negative, though ``bwd_tmp`` may be: it is rounded as one size); ``tft`` (same shape): what
+  ``F_all(i)`` peaks at in the base case, the stored tape and ``Chain.fwd_tape_tmp``
+  (:func:`solver.chain.options.base_forward_tmp`; by default ``cbw + ftmp``),
 - ``ft`` (``(L+1, K)``): ``fwd_tape_time``, the cost of ``F_all(i)`` in the base case
   ``(i, i)``, where ``g[i+1]`` is held and ``B(i)`` follows at once (only the tape is
   computed); everywhere else ``F_all`` costs ``fw``,
-- an option a layer lacks has ``cbw``, ``ftmp`` and ``btmp`` equal to ``M + 1`` (clipped
+- an option a layer lacks has ``cbw``, ``ftmp``, ``gbt`` and ``tft`` equal to ``M + 1`` (clipped
   sizes), so it is never feasible,
 - ``F_ck`` and ``F_none`` run the layer without a tape and cost column 0: ``cum``, float64
   prefix sums of ``fw[:, 0]`` (the recomputation cost of the leaf option ``j`` is
@@ -143,26 +147,27 @@ def block_size(capacity: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def base_threshold(cw, cbw, cout, cfree, ftmp, btmp, i, k):
+def base_threshold(cw, cbw, cout, cfree, tft, gbt, i, k):
     """Memory the base case ``F_all(i)`` (option ``k``), ``B(i)`` needs, ``g[i+1]`` held.
 
-    ``max(cw[i+1] + cbw[i+1, k] + ftmp[i, k], cw[i] + cw[i+1] + cbw[i+1, k] + btmp[i, k] -
-    cout[i+1, k] - cfree[i, k])``: the forward computes the output beside the tape (and may drop
-    it); the backward adds ``g[i]`` beside ``g[i+1]``, the tape and the part of ``x[i]`` it
-    reads (``F_all(i)`` freed ``cfree[i, k]`` of it).
+    ``max(cw[i+1] + tft[i, k], cw[i+1] + cbw[i+1, k] + gbt[i, k] - cout[i+1, k] -
+    cfree[i, k])``: the tape-only forward holds the tape and peaks ``tft`` (by default the
+    whole tape, the output computed beside it and dropped, and ``ftmp``); the backward adds
+    ``g[i]`` and its transient (``gbt``) beside ``g[i+1]``, the tape and the part of ``x[i]``
+    it reads (``F_all(i)`` freed ``cfree[i, k]`` of it).
     """
-    return max(cw[i + 1] + cbw[i + 1, k] + ftmp[i, k],
-               cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cout[i + 1, k] - cfree[i, k])
+    return max(cw[i + 1] + tft[i, k],
+               cw[i + 1] + cbw[i + 1, k] + gbt[i, k] - cout[i + 1, k] - cfree[i, k])
 
 
 @njit(cache=True, inline="always")
-def chain_start(cw, cbw, cgone, cfree, ftmp, btmp, peak_rest, i, l, mnull, k):
+def chain_start(cw, cbw, cgone, cfree, ftmp, gbt, peak_rest, i, l, mnull, k):
     """First feasible ``m`` of the chain option of ``(i, l)``, ``i < l``, with option ``k``.
 
     The chain option runs ``F_all(i)`` while the incoming gradient ``g[l+1]`` is held,
     which needs ``cw[l+1] + cbw[i+1] + ftmp[i]``, then solves ``(i+1, l)`` beside
     ``tape[i]`` (and ``x[i+1]``), whose own least memory is ``peak_rest``, then ``B(i)``,
-    which needs ``cw[i] + cw[i+1] + cbw[i+1] + btmp[i] - cout[i+1]`` (``x[i+1]``, if
+    which needs ``cw[i+1] + cbw[i+1] + gbt[i] - cout[i+1]`` (``x[i+1]``, if
     outside the tape, was freed by the sub-solve). This is the correction to the published
     recurrence, which charges ``F_all(i)`` through ``Opt[m][i][i]``, i.e. as if ``g[i+1]``
     were held: ``cw[i+1] + cbw[i+1] + ftmp[i]``. That undercounts when ``cw[l+1] >
@@ -175,14 +180,14 @@ def chain_start(cw, cbw, cgone, cfree, ftmp, btmp, peak_rest, i, l, mnull, k):
     """
     return max(
         max(mnull, cw[l + 1] + cbw[i + 1, k] + ftmp[i, k]),
-        max(cw[i] + cw[i + 1] + cbw[i + 1, k] + btmp[i, k] - cgone[i + 1, k] - cfree[i, k],
+        max(cw[i + 1] + cbw[i + 1, k] + gbt[i, k] - cgone[i + 1, k] - cfree[i, k],
             cbw[i + 1, k] - cfree[i, k] + peak_rest),
     )
 
 
 @njit(cache=True)
-def fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, lean_chain, lean_base, M, off, mnull,
-                mmin, sat, fneed):
+def fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, lean_chain, lean_base, M, off,
+                mnull, mmin, sat, fneed):
     """Integer part of the DP, for every pair ``(i, l)`` (row ``off[i] + l - i``) and context.
 
     ``mnull[row]``: Rotor's lower bound ``m∅ = cw[l+1] + max(cw[i+1] + ftmp[i],
@@ -208,7 +213,7 @@ def fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, lean_chain, lean_b
         for c in range(C):
             first, saturated = M + 1, M + 1
             for k in range(K):
-                t = base_threshold(cw, cbw, cout, cfree[c], ftmp, btmp, i, k)
+                t = base_threshold(cw, cbw, cout, cfree[c], tft, gbt, i, k)
                 first = min(first, t)
                 if lean_base[i, k]:
                     saturated = min(saturated, t)
@@ -227,7 +232,7 @@ def fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, lean_chain, lean_b
                 b = crf[i] if c == 0 else 0
                 first, saturated = M + 1, M + 1
                 for k in range(K):
-                    start = chain_start(cw, cbw, cgone, cfree[c], ftmp, btmp, mmin[0, rest], i, l,
+                    start = chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, mmin[0, rest], i, l,
                                         mn, k)
                     first = min(first, start)
                     if lean_chain[i, k]:
@@ -286,7 +291,7 @@ def _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l, j
 
 
 @njit(cache=True, inline="always")
-def _start_cell(opt, c, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l):
+def _start_cell(opt, c, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, i, l):
     """Initialise a row: the base case ``F_all(i), B(i)`` if ``i == l``, else ``inf``.
 
     The base case's forward only builds the tape (``g[i+1]`` is held, nothing else reads
@@ -298,20 +303,20 @@ def _start_cell(opt, c, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l):
         opt[c, row, m] = inf
     if i == l:
         for k in range(cbw.shape[1]):
-            t = base_threshold(cw, cbw, cout, cfree[c], ftmp, btmp, i, k)
+            t = base_threshold(cw, cbw, cout, cfree[c], tft, gbt, i, k)
             value = np.float32(ft[i, k] + bw[i, k])
             for m in range(t, M + 1):
                 opt[c, row, m] = _fmin32(value, opt[c, row, m])
 
 
 @njit(cache=True, inline="always")
-def _chain(opt, c, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, M, i, l):
+def _chain(opt, c, cw, cbw, cgone, cfree, ftmp, gbt, fw, bw, off, mnull, mmin, M, i, l):
     """Chain options of ``(i, l)``, ``i < l``, in context ``c``: ``F_all(i)`` (option ``k``),
     solve ``(i+1, l)`` (context 0), ``B(i)``."""
     row = off[i] + (l - i)
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
-        start = chain_start(cw, cbw, cgone, cfree[c], ftmp, btmp, mmin[0, rest], i, l, mnull[row],
+        start = chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, mmin[0, rest], i, l, mnull[row],
                             k)
         if start <= M:
             shift = cbw[i + 1, k] - cfree[c, i, k]
@@ -323,8 +328,8 @@ def _chain(opt, c, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin, 
 
 
 @njit(cache=True)
-def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cum, M, off, mnull,
-                    mmin, sat, fneed, block, opt):
+def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft, cum, M, off,
+                    mnull, mmin, sat, fneed, block, opt):
     """Fill Rotor's table ``opt[c, row(i, l), m]`` for every ``0 <= i <= l <= L``, ``m <= M``
     and context ``c`` (module docstring, "Checkpoints held in part").
 
@@ -344,11 +349,11 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cu
         for i in range(i_hi, i_lo - 1, -1):
             for l in range(i, i_hi + 1):
                 for c in range(C):
-                    _start_cell(opt, c, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
+                    _start_cell(opt, c, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, i, l)
                     if i < l:
                         _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
                                 i + 1, l)
-                        _chain(opt, c, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin,
+                        _chain(opt, c, cw, cbw, cgone, cfree, ftmp, gbt, fw, bw, off, mnull, mmin,
                                M, i, l)
         for lb in range(ib + 1, nb):
             l_lo = lb * block
@@ -356,7 +361,7 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cu
             for i in range(i_lo, i_hi + 1):
                 for l in range(l_lo, l_hi + 1):
                     for c in range(C):
-                        _start_cell(opt, c, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, i, l)
+                        _start_cell(opt, c, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, i, l)
             # Splits i_hi < j <= l_lo only read rows of earlier tiles: j outermost, so the
             # operand rows (j, l_lo..l_hi) and (i_lo..i_hi, j-1) are reused from cache.
             for j in range(i_hi + 1, l_lo + 1):
@@ -385,25 +390,25 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cu
                                 i + 1, i_hi)
                         _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
                                 l_lo + 1, l)
-                        _chain(opt, c, cw, cbw, cgone, cfree, ftmp, btmp, fw, bw, off, mnull, mmin,
+                        _chain(opt, c, cw, cbw, cgone, cfree, ftmp, gbt, fw, bw, off, mnull, mmin,
                                M, i, l)
 
 
 @njit(cache=True)
-def decide_base(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, c, i, m):
+def decide_base(opt, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, c, i, m):
     """The option ``k`` of the base case ``(i, i)`` in context ``c`` at ``m``, as ``-k``."""
     row = off[i]
     if m < 0 or m > M:
         return NO_DECISION
     for k in range(cbw.shape[1]):
-        if m >= base_threshold(cw, cbw, cout, cfree[c], ftmp, btmp, i, k):
+        if m >= base_threshold(cw, cbw, cout, cfree[c], tft, gbt, i, k):
             if np.float32(ft[i, k] + bw[i, k]) == opt[c, row, m]:
                 return -k
     return NO_DECISION
 
 
 @njit(cache=True)
-def decide(opt, cw, cbw, cgone, cfree, crf, ftmp, btmp, fw, bw, cum, off, mnull, mmin, fneed, M,
+def decide(opt, cw, cbw, cgone, cfree, crf, ftmp, gbt, fw, bw, cum, off, mnull, mmin, fneed, M,
            c, i, l, m):
     """The decision :func:`fill_time_table` took at ``(c, i, l, m)``, ``i < l``.
 
@@ -419,7 +424,7 @@ def decide(opt, cw, cbw, cgone, cfree, crf, ftmp, btmp, fw, bw, cum, off, mnull,
     best = opt[c, row, m]
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
-        if m >= chain_start(cw, cbw, cgone, cfree[c], ftmp, btmp, mmin[0, rest], i, l, mnull[row],
+        if m >= chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, mmin[0, rest], i, l, mnull[row],
                             k):
             v = np.float32(fw[i, k] + bw[i, k]) + opt[0, rest, m - cbw[i + 1, k] + cfree[c, i, k]]
             if v == best:
@@ -435,8 +440,8 @@ def decide(opt, cw, cbw, cgone, cfree, crf, ftmp, btmp, fw, bw, cum, off, mnull,
 
 
 @njit(cache=True)
-def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cum, off, mnull,
-                    mmin, fneed, M, m0):
+def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft, cum, off,
+                    mnull, mmin, fneed, M, m0):
     """Decisions of the optimal plan for ``(0, L)`` at memory ``m0``, in replay order.
 
     Walks the plan depth first without recursion: along a spine ``(c, i, l, m)`` a chain
@@ -465,10 +470,10 @@ def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, f
         c = stack[top, 3]
         while i <= l:
             if i < l:
-                d = decide(opt, cw, cbw, cgone, cfree, crf, ftmp, btmp, fw, bw, cum, off, mnull,
+                d = decide(opt, cw, cbw, cgone, cfree, crf, ftmp, gbt, fw, bw, cum, off, mnull,
                            mmin, fneed, M, c, i, l, m)
             elif l < L:
-                d = decide_base(opt, cw, cbw, cout, cfree, ftmp, btmp, ft, bw, off, M, c, i, m)
+                d = decide_base(opt, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, c, i, m)
             else:
                 break
             if n_out == out.shape[0]:

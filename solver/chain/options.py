@@ -20,6 +20,8 @@ of the same name means for the whole tape:
   and its transient bytes (negative down to ``-min(x_size[i], x_size[i+1])``, as the chain's:
   :func:`bwd_tmp_floor`); ``fwd_tmp``: the forward's transient bytes;
 - ``output_in_tape``: whether ``B(i)`` reads ``x[i+1]`` under option ``k``;
+- ``fwd_tape_tmp`` (optional): what ``F_all(i)`` peaks at beside the stored tape when
+  ``g[i+1]`` is held (the base case, the forward that builds only the tape: :func:`base_forward_tmp`);
 - ``x_read_size`` (optional, default the chain's ``x_read_size`` for every option): the
   bytes of ``x[i]`` that ``B(i)`` reads under option ``k`` (a policy that recomputes from
   the input reads all of it); ``F_all(i)`` with option ``k`` frees the rest
@@ -42,14 +44,14 @@ import numpy as np
 
 from ..errors import float_array
 
-__all__ = ["LayerOptions", "LayerCosts", "layer_costs", "option_index", "bwd_tmp_floor",
-           "check_bwd_tmp", "MAX_OPTIONS", "SIGNED_FIELDS"]
+__all__ = ["LayerOptions", "LayerCosts", "layer_costs", "option_index", "base_forward_tmp",
+           "bwd_tmp_floor", "check_bwd_tmp", "MAX_OPTIONS", "SIGNED_FIELDS"]
 
 MAX_OPTIONS = 256  # options per layer; the simulator packs a tape's option in 8 bits
 
 FLOAT_FIELDS = ("xbar_size", "fwd_time", "fwd_tape_time", "bwd_time", "fwd_tmp", "bwd_tmp")
 _OPTIONAL = {"fwd_time", "fwd_tape_time", "fwd_tmp", "bwd_tmp", "output_in_tape", "name",
-             "x_read_size"}
+             "x_read_size", "fwd_tape_tmp"}
 _KEYS = set(FLOAT_FIELDS) | _OPTIONAL
 
 SIGNED_FIELDS = frozenset({"bwd_tmp"})
@@ -97,6 +99,7 @@ class ChainFields(Protocol):
     bwd_tmp: np.ndarray
     output_in_tape: np.ndarray
     x_read_size: np.ndarray
+    fwd_tape_tmp: np.ndarray | None
 
 
 def _matrix(name: str, values: Any, shape: tuple[int, int], valid: np.ndarray) -> np.ndarray:
@@ -148,6 +151,7 @@ class LayerOptions:
     valid: np.ndarray
     names: tuple[tuple[str, ...], ...] | None = None
     x_read_size: np.ndarray | None = None
+    fwd_tape_tmp: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         first = float_array(self.xbar_size, "LayerOptions.xbar_size")
@@ -169,9 +173,9 @@ class LayerOptions:
         object.__setattr__(self, "valid", valid)
         for name in FLOAT_FIELDS:
             object.__setattr__(self, name, _matrix(name, getattr(self, name), shape, valid))
-        if self.x_read_size is not None:
-            object.__setattr__(self, "x_read_size",
-                               _matrix("x_read_size", self.x_read_size, shape, valid))
+        for name in ("x_read_size", "fwd_tape_tmp"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _matrix(name, getattr(self, name), shape, valid))
         inside = _flags("output_in_tape", self.output_in_tape, shape) | ~valid
         inside.setflags(write=False)
         object.__setattr__(self, "output_in_tape", inside)
@@ -224,8 +228,10 @@ class LayerOptions:
 
         Each option is a mapping with ``xbar_size`` and ``bwd_time`` (required) and
         optionally ``fwd_time``, ``fwd_tmp``, ``bwd_tmp``, ``output_in_tape`` (default: the
-        layer's own), ``fwd_tape_time`` (default: the option's ``fwd_time``) and ``name``
-        (default ``"option k"``). ``extra`` has one (possibly empty) sequence per layer.
+        layer's own), ``fwd_tape_time`` (default: the option's ``fwd_time``),
+        ``fwd_tape_tmp`` (default: as :func:`base_forward_tmp` says), ``x_read_size`` and
+        ``name`` (default ``"option k"``). ``extra`` has one (possibly empty) sequence per
+        layer.
         """
         L = chain.length
         if len(extra) != L:
@@ -239,6 +245,8 @@ class LayerOptions:
         inside = np.ones((L, K), dtype=bool)
         valid = np.zeros((L, K), dtype=bool)
         read = np.zeros((L, K))
+        base = np.zeros((L, K))  # fwd_tape_tmp
+        own_base = base_forward_tmp(chain)[:, 0]
         names = [["everything"] + [""] * (K - 1) for _ in range(L)]
         for i, row in enumerate(extra):
             columns = [{}] + list(row)
@@ -262,19 +270,26 @@ class LayerOptions:
                 inside[i, k] = bool(option.get("output_in_tape", own["output_in_tape"][i]))
                 read[i, k] = option.get("x_read_size", chain.x_read_size[i]) if k else \
                     chain.x_read_size[i]
+                out = 0.0 if inside[i, k] else float(chain.x_size[i + 1])
+                base[i, k] = option.get("fwd_tape_tmp", arrays["fwd_tmp"][i, k] + out) if k else \
+                    own_base[i]
                 valid[i, k] = True
                 if k:
                     names[i][k] = str(option.get("name", f"option {k}"))
         same = bool(np.all(read[valid] == np.broadcast_to(chain.x_read_size[:, None],
                                                           read.shape)[valid]))
+        given = chain.fwd_tape_tmp is not None or any("fwd_tape_tmp" in o for row in extra
+                                                       for o in row)
         return cls(output_in_tape=inside, valid=valid, names=tuple(map(tuple, names)),
-                   x_read_size=None if same else np.where(valid, read, 0.0), **arrays)
+                   x_read_size=None if same else np.where(valid, read, 0.0),
+                   fwd_tape_tmp=np.where(valid, base, 0.0) if given else None, **arrays)
 
     @classmethod
     def of_chain(cls, chain: ChainFields) -> "LayerOptions":
         """The one-option table of a chain: column 0 only (its own fields)."""
         return cls(output_in_tape=chain.output_in_tape[:, None],
                    valid=np.ones((chain.length, 1), dtype=bool),
+                   fwd_tape_tmp=None if chain.fwd_tape_tmp is None else chain.fwd_tape_tmp[:, None],
                    **{name: getattr(chain, name)[:, None] for name in FLOAT_FIELDS})
 
     def check_chain(self, chain: ChainFields) -> None:
@@ -304,6 +319,15 @@ class LayerOptions:
                     f"differs from the chain's x_read_size[{i}] = {float(chain.x_read_size[i])!r}: "
                     "option 0 is the chain's own whole tape."
                 )
+        own, column = _own_base(chain), base_forward_tmp(chain, self)[:, 0]
+        bad = np.flatnonzero(own != column)
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"Chain.options.fwd_tape_tmp[{i}, 0] = {float(column[i])!r} differs from the "
+                f"chain's {float(own[i])!r} (fwd_tape_tmp, or fwd_tmp and the output outside the "
+                "tape): option 0 is the chain's own whole tape."
+            )
         check_bwd_tmp(self.bwd_tmp, chain.x_size, "Chain.options.bwd_tmp")
         short = np.argwhere(self.valid & (self.xbar_size < chain.x_size[1:, None]))
         if short.size:
@@ -315,10 +339,12 @@ class LayerOptions:
             )
 
     def _key(self) -> tuple:
+        optional = ("x_read_size", "fwd_tape_tmp")
         return tuple(getattr(self, f.name).tobytes() for f in dataclasses.fields(self)
-                     if f.name not in ("names", "x_read_size")) + (
-            self.valid.shape, self.names,
-            None if self.x_read_size is None else self.x_read_size.tobytes())
+                     if f.name not in ("names",) + optional) + (
+            self.valid.shape, self.names) + tuple(
+            None if getattr(self, name) is None else getattr(self, name).tobytes()
+            for name in optional)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, LayerOptions):
@@ -343,6 +369,31 @@ class LayerCosts(NamedTuple):
     bwd_time: float
     fwd_tmp: float
     bwd_tmp: float
+    fwd_tape_tmp: float  # F_all's peak beside the stored tape while g[i+1] is held
+
+
+def _own_base(chain: ChainFields) -> np.ndarray:
+    """The chain's own (column 0) :func:`base_forward_tmp`, from its fields alone."""
+    if chain.fwd_tape_tmp is not None:
+        return np.asarray(chain.fwd_tape_tmp, dtype=np.float64)
+    return chain.fwd_tmp + np.where(chain.output_in_tape, 0.0, chain.x_size[1:])
+
+
+def base_forward_tmp(chain: ChainFields, table: "LayerOptions | None" = None) -> np.ndarray:
+    """``(L, K)``: what ``F_all(i)`` with option ``k`` peaks at above its stored tape (and
+    ``x[i]``) when ``g[i+1]`` is held: Rotor's base case, the last layer of a recomputed
+    segment, whose forward needs to build only the tape (``fwd_tape_time``). The given
+    ``fwd_tape_tmp`` where there is one (``Chain.fwd_tape_tmp``, ``LayerOptions.fwd_tape_tmp``);
+    else the full forward's: ``fwd_tmp``, plus the output where it is outside the tape (the
+    forward computes it and drops it). ``table``: the options (default ``chain.options``, or
+    column 0 alone)."""
+    table = chain.options if table is None else table
+    if table is None:
+        return _own_base(chain)[:, None]
+    if table.fwd_tape_tmp is not None:
+        return np.where(table.valid, table.fwd_tape_tmp, 0.0)
+    out = np.where(table.output_in_tape, 0.0, np.asarray(chain.x_size[1:], float)[:, None])
+    return np.where(table.valid, table.fwd_tmp + out, 0.0)
 
 
 def option_index(chain: ChainFields, i: int, option: Any) -> int:
@@ -367,11 +418,11 @@ def layer_costs(chain: ChainFields, i: int, k: int = 0) -> LayerCosts:
     if k == 0:
         xbar, inside = float(chain.xbar_size[i]), bool(chain.output_in_tape[i])
         times = (chain.fwd_time[i], chain.fwd_tape_time[i], chain.bwd_time[i],
-                 chain.fwd_tmp[i], chain.bwd_tmp[i])
+                 chain.fwd_tmp[i], chain.bwd_tmp[i], _own_base(chain)[i])
     else:
         o = chain.options
         xbar, inside = float(o.xbar_size[i, k]), bool(o.output_in_tape[i, k])
         times = (o.fwd_time[i, k], o.fwd_tape_time[i, k], o.bwd_time[i, k], o.fwd_tmp[i, k],
-                 o.bwd_tmp[i, k])
+                 o.bwd_tmp[i, k], base_forward_tmp(chain)[i, k])
     tape = xbar if inside else xbar - float(chain.x_size[i + 1])
     return LayerCosts(xbar, tape, inside, *(float(t) for t in times))

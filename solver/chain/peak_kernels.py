@@ -17,7 +17,8 @@ __all__ = ["fill_min_peak"]
 
 
 @njit(cache=True)
-def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, peak, time, choice):
+def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft, peak, time,
+                  choice):
     """Exact minimum peak ``P_c[i][l]`` over persistent schedules of ``(i, l)`` (float64), in
     each context ``c`` (0: ``x[i]`` whole; ``rc``, the last: ``x[i]`` cut by ``F_ck(i)``,
     :mod:`solver.chain.kernels`).
@@ -47,7 +48,7 @@ def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, peak
         for c in range(C):
             best, best_time, arg = np.inf, np.inf, 0
             for k in range(K):
-                v = base_threshold(cw, cbw, cout, cfree[c], ftmp, btmp, i, k)
+                v = base_threshold(cw, cbw, cout, cfree[c], tft, gbt, i, k)
                 t = ft[i, k] + bw[i, k]
                 if v < best or (v == best and t < best_time):
                     best, best_time, arg = v, t, -k
@@ -59,7 +60,7 @@ def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, peak
                 b = crf[i] if c == 0 else 0.0
                 best, best_time, arg = np.inf, np.inf, 0
                 for k in range(K):
-                    v = chain_start(cw, cbw, cgone, cfree[c], ftmp, btmp, peak[0, i + 1, l], i, l,
+                    v = chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, peak[0, i + 1, l], i, l,
                                     mnull, k)
                     t = fw[i, k] + bw[i, k] + time[0, i + 1, l]
                     if v < best or (v == best and t < best_time):

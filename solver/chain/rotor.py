@@ -91,7 +91,7 @@ import numpy as np
 from ..errors import InfeasibleBudget
 from . import kernels
 from .chain import Chain
-from .options import LayerOptions
+from .options import LayerOptions, base_forward_tmp
 from .peak_kernels import fill_min_peak
 from .schedule import Checkpoint, Layer, Plan, Schedule
 from .simulator import make_schedule
@@ -110,7 +110,7 @@ class _Padded:
     """Rotor's padded arrays (float64, real units); see :mod:`solver.chain.kernels`.
 
     The per-option arrays are ``(positions, K)``; an option a layer lacks has infinite
-    ``cbw``, ``ftmp`` and ``btmp`` and zero times, so it is never feasible.
+    ``cbw``, ``ftmp``, ``gbt`` and ``tft`` and zero times, so it is never feasible.
     """
 
     cw: np.ndarray  # L + 2
@@ -120,7 +120,8 @@ class _Padded:
     cfree: np.ndarray  # (L + 1, K): what F_all(i) with option k frees of x[i] (loss: 0)
     crf: np.ndarray  # L + 2: what F_ck(i) frees of x[i] (Chain.x_rec_free; 0 past L - 1)
     ftmp: np.ndarray  # (L + 1, K)
-    btmp: np.ndarray  # (L + 1, K)
+    tft: np.ndarray  # (L + 1, K): the base case's forward: the stored tape and fwd_tape_tmp
+    gbt: np.ndarray  # (L + 1, K): what B(i) adds, g[i] and bwd_tmp (a size, never negative)
     fw: np.ndarray  # (L + 1, K)
     bw: np.ndarray  # (L + 1, K)
     ft: np.ndarray  # (L + 1, K): the base case's forward, fwd_tape_time (the loss's 0)
@@ -155,7 +156,8 @@ def _padded(chain: Chain) -> _Padded:
         cfree=cfree,
         crf=crf,
         ftmp=rows(table.fwd_tmp, False, np.inf),
-        btmp=rows(table.bwd_tmp, False, np.inf),
+        tft=rows(table.xbar_size - x_out + base_forward_tmp(chain), False, np.inf),
+        gbt=rows(table.bwd_tmp, False, np.inf) + np.asarray(chain.x_size, float)[:, None],
         fw=fw,
         bw=bw,
         ft=ft,
@@ -257,8 +259,8 @@ def _min_peak(chain: Chain) -> tuple[float, np.ndarray]:
     peak = np.empty(shape, dtype=np.float64)
     time = np.empty(shape, dtype=np.float64)
     choice = np.empty(shape, dtype=np.int64)
-    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, frees, p.crf, p.ftmp, p.btmp, p.fw, p.bw, p.ft,
-                  peak, time, choice)
+    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, frees, p.crf, p.ftmp, p.gbt, p.tft, p.fw, p.bw,
+                  p.ft, peak, time, choice)
     return float(p.cw[0] + peak[0, 0, chain.length]), choice
 
 
@@ -331,7 +333,8 @@ class RotorTable:
         capacity = int(np.floor(budget)) if exact else int(self.slots)
         p = _padded(chain)
         cap = capacity + 1
-        cw, cbw, ftmp, btmp = (_to_units(a, unit, cap) for a in (p.cw, p.cbw, p.ftmp, p.btmp))
+        cw, cbw, ftmp, gbt, tft = (_to_units(a, unit, cap)
+                                   for a in (p.cw, p.cbw, p.ftmp, p.gbt, p.tft))
         # B(i) holds tape[i] without x[i+1] when the output is outside the tape: round that
         # tape up on its own (cbw - cout >= its real size), not the difference of roundings.
         cout = cbw - _to_units(p.cbw - p.cout, unit, cap)
@@ -356,14 +359,14 @@ class RotorTable:
         mmin = np.empty((contexts, pairs), dtype=np.int64)
         sat = np.empty((contexts, pairs), dtype=np.int64)
         fneed = np.zeros((n, n + 1), dtype=np.int64)
-        kernels.fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, p.lean_chain,
+        kernels.fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, p.lean_chain,
                             p.lean_base, capacity, off, mnull, mmin, sat, fneed)
         opt = np.empty((contexts, pairs, capacity + 1), dtype=np.float32)
-        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, btmp, fw, bw, ft, cum,
+        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft, cum,
                                 capacity, off, mnull, mmin, sat, fneed,
                                 kernels.block_size(capacity), opt)
         arrays = dict(cw=cw, cbw=cbw, cout=cout, cgone=cgone, cfree=cfree, crf=crf, ftmp=ftmp,
-                      btmp=btmp,
+                      gbt=gbt, tft=tft,
                       fw=fw, bw=bw, ft=ft, cum=cum, off=off, mnull=mnull, mmin=mmin, fneed=fneed, opt=opt,
                       scale=scale)
         object.__setattr__(self, "max_budget", budget)
@@ -409,7 +412,7 @@ class RotorTable:
             return None
         decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["cgone"],
                                             a["cfree"], a["crf"], a["ftmp"],
-                                            a["btmp"], a["fw"], a["bw"], a["ft"], a["cum"],
+                                            a["gbt"], a["tft"], a["fw"], a["bw"], a["ft"], a["cum"],
                                             a["off"], a["mnull"], a["mmin"], a["fneed"],
                                             self.capacity, m)
         if decisions.size and decisions.min() == kernels.NO_DECISION:

@@ -35,6 +35,9 @@ dynamic program models the flags exactly (:mod:`solver.chain.rotor`).
 Times: every op costs its layer's ``fwd_time`` / ``bwd_time`` (the loss 0), except
 ``F_all(i)`` while ``g[i+1]`` is stored, which costs ``fwd_tape_time[i]``: the backward has
 passed layer ``i+1``, so only ``B(i)`` will read what it computes (``Chain.fwd_tape_time``).
+Its peak candidate is then the state after it plus ``Chain.fwd_tape_tmp[i]`` (by default
+``fwd_tmp[i]`` and the dropped output, as above:
+:func:`solver.chain.options.base_forward_tmp`).
 
 Options (:mod:`solver.chain.options`): ``(F_all, i, k)`` runs ``F_all(i)`` with option ``k``
 and charges that option's ``xbar_size``, ``output_in_tape``, ``fwd_time`` /
@@ -203,19 +206,17 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
                 raise ValueError(f"Op {op!r}: tape[{i}] is already stored.")
             cost = layer_costs(chain, i, k)
             mem += cost.tape_size
-            dropped = 0.0
             last_use = bool(g >> (i + 1) & 1)  # B(i) is next: only the tape is needed
-            if not cost.output_in_tape:  # the output, on its own while something ahead reads it
-                if last_use:
-                    dropped = xs[i + 1]
-                elif x >> (i + 1) & 1:
+            if not cost.output_in_tape and not last_use:  # the output, on its own
+                if x >> (i + 1) & 1:
                     raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
-                else:
-                    x |= 1 << (i + 1)
-                    mem += xs[i + 1]
+                x |= 1 << (i + 1)
+                mem += xs[i + 1]
             time = cost.fwd_tape_time if last_use else cost.fwd_time
             options = options & ~(0xFF << 8 * i) | k << 8 * i
-            peak = mem + dropped + cost.fwd_tmp
+            # with B(i) next: the tape-only forward's peak (by default the output, computed
+            # and dropped, and fwd_tmp: solver.chain.options.base_forward_tmp)
+            peak = mem + (cost.fwd_tape_tmp if last_use else cost.fwd_tmp)
             freed = chain.option_x_free[i, k]
             if freed > 0:  # only B(i) reads x[i] from here on
                 mem -= freed - state.cut_size(chain, i)
