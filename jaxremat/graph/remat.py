@@ -395,11 +395,6 @@ class RematGraph:
         if self.budget is None:
             return plan_of(least)
 
-        leaves, treedef = jax.tree.flatten(params)
-        inexact = [jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in leaves]
-        floats = [leaf for leaf, f in zip(leaves, inexact) if f]
-        others = [leaf for leaf, f in zip(leaves, inexact) if not f]  # counters, keys: no gradient
-
         def measure(plan: GraphPlan) -> int:
             """The whole batch's bytes: under ``vmap`` the vmapped program is measured (its
             batching rules may add buffers), batched along a leading axis of ``batch``. Once
@@ -408,15 +403,14 @@ class RematGraph:
             return memo.measured(key, lambda: _measure(plan))
 
         def _measure(plan: GraphPlan) -> int:
-            def loss(floats, others, x):
-                parts = (iter(floats), iter(others))
-                p = treedef.unflatten([next(parts[0] if f else parts[1]) for f in inexact])
-                return _scalar(run_regions(traced, plan, p, x, memo.functions))
+            # every leaf of params is a parameter, as in activation_memory(g, params, x):
+            # integer and boolean leaves (counters, masks) are not counted either
+            loss = lambda p, x: _scalar(run_regions(traced, plan, p, x, memo.functions))  # noqa: E731
             if batched is None:
-                return activation_memory(loss, floats, others, x)
-            axes = (0 if batched[0] else None, 0 if batched[0] else None, 0 if batched[1] else None)
+                return activation_memory(loss, params, x)
+            axes = (0 if batched[0] else None, 0 if batched[1] else None)
             stacked = [_stacked(tree, batch) if axis == 0 else tree
-                       for tree, axis in zip((floats, others, x), axes)]
+                       for tree, axis in zip((params, x), axes)]
             return activation_memory(lambda *args: jnp.sum(jax.vmap(loss, in_axes=axes)(*args)),
                                      *stacked)
 
