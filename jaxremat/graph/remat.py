@@ -430,7 +430,7 @@ class RematGraph:
             lowest = measure(fallback)
             if lowest > budget:
                 raise solver.InfeasibleBudget(budget, min(lowest, error.min_budget), "remat_graph",
-                                              units="bytes", exact=False,
+                                              units="bytes", exact=False, other_methods=False,
                                               hint=empty_input_hint(self.budget, leaf_shapes(x))) from None
             return dataclasses.replace(fallback, budget=budget, measured=int(lowest))
         return plan_of(keep_all if found is None else found, budget=budget, measured=int(measured))
@@ -481,8 +481,9 @@ def remat_graph(
 
     Raises (when first traced): ``ValueError`` when nothing depends on ``x`` or the graph
     has more than ``max_vertices`` operations; ``solver.InfeasibleBudget`` (a
-    ``ValueError``) when even the least-memory checkpoints measure more than the budget,
-    with that smallest budget in ``min_budget`` and in the message. At construction:
+    ``ValueError``) when no plan tried fits the budget (the least-memory checkpoints, the
+    budgeted searches' sets and the plain function), with the least they measure in
+    ``min_budget`` and in the message: a budget that works. At construction:
     ``ValueError`` for a malformed budget, ``max_vertices``, ``time_limit`` or ``work_limit``.
     """
     if not callable(fn):
