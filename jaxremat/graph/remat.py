@@ -363,8 +363,10 @@ class RematGraph:
 
     def _planned(self, params: Any, x: Any) -> tuple[TracedGraph, GraphPlan, dict]:
         batch = vmap_batch_size((params, x))  # an ensemble batches the params only
-        # which of the two vmap batches (None: neither): the plans are measured that way
-        batched = (vmap_batch_size(params) > 1, vmap_batch_size(x) > 1) if batch > 1 else None
+        # which leaves of (params, x) vmap batches (None: none): the plans are measured that
+        # way (a table shared by the examples is not stacked)
+        batched = (tuple(vmap_batch_size(leaf) > 1 for leaf in jax.tree.leaves((params, x)))
+                   if batch > 1 else None)
         abstract_params, abstract_x = abstractify(params, "params"), abstractify(x, "x")
         key = (signature(abstract_params), signature(abstract_x), batch, batched)
         with self._memo.lock:
@@ -377,7 +379,7 @@ class RematGraph:
             return (*self._cache[key], self._functions[key])
 
     def _plan(self, memo: SignatureMemo, params: Any, x: Any, batch: int,
-              batched: tuple[bool, bool] | None = None) -> GraphPlan:
+              batched: tuple[bool, ...] | None = None) -> GraphPlan:
         traced, least = memo.traced, memo.least
         graph = traced.graph
         forward = float(graph.costs.sum())
@@ -397,8 +399,9 @@ class RematGraph:
 
         def measure(plan: GraphPlan) -> int:
             """The whole batch's bytes: under ``vmap`` the vmapped program is measured (its
-            batching rules may add buffers), batched along a leading axis of ``batch``. Once
-            per plan (its kept set and whether it saves them) and signature: ``memo``."""
+            batching rules may add buffers), the leaves ``batched`` says batched along a
+            leading axis of ``batch``. Once per plan (its kept set and whether it saves them)
+            and signature: ``memo``."""
             key = (plan.checkpoints.checkpoints, plan.checkpointed, plan.saved)
             return memo.measured(key, lambda: _measure(plan))
 
@@ -408,9 +411,10 @@ class RematGraph:
             loss = lambda p, x: _scalar(run_regions(traced, plan, p, x, memo.functions))  # noqa: E731
             if batched is None:
                 return activation_memory(loss, params, x)
-            axes = (0 if batched[0] else None, 0 if batched[1] else None)
-            stacked = [_stacked(tree, batch) if axis == 0 else tree
-                       for tree, axis in zip((params, x), axes)]
+            leaves, tree = jax.tree.flatten((params, x))
+            axes = tree.unflatten([0 if b else None for b in batched])
+            stacked = tree.unflatten([_stacked(leaf, batch) if b else leaf
+                                      for leaf, b in zip(leaves, batched)])
             return activation_memory(lambda *args: jnp.sum(jax.vmap(loss, in_axes=axes)(*args)),
                                      *stacked)
 
