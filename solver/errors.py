@@ -66,11 +66,12 @@ class InfeasibleBudget(ValueError):
       exact: whether ``min_budget`` is proven least.
 
     ``hint`` (optional) is appended to the message: a cause the caller knows of, such as an
-    empty batch, and what to do about it.
+    empty batch, and what to do about it. ``other_methods=False`` drops the message's advice
+    to choose another method, for callers that offer none (``remat_graph``).
     """
 
     def __init__(self, budget: float, min_budget: float, method: str, units: str = "",
-                 exact: bool = True, hint: str = "") -> None:
+                 exact: bool = True, hint: str = "", other_methods: bool = True) -> None:
         self.budget = budget
         self.min_budget = min_budget
         self.method = method
@@ -82,6 +83,7 @@ class InfeasibleBudget(ValueError):
             need, have = f"{min_budget:.6g}", f"{budget:.6g}"
         super().__init__(
             f"No {method!r} schedule fits a budget of {have}; the smallest budget that works "
-            f"{'is' if exact else 'among those tried is'} {need}. Raise the budget to at least that, or choose another method."
+            f"{'is' if exact else 'among those tried is'} {need}. Raise the budget to at least that"
+            + (", or choose another method." if other_methods else ".")
             + (f" {hint}" if hint else "")
         )

@@ -98,6 +98,8 @@ FRONTEND_CASES = {
     "linen bad budget": (lambda: LinenSequential(layers=[nn.relu], budget="garbage"),
                          "memory budget"),
     "linen bad slots": (lambda: LinenSequential(layers=[nn.relu], budget="1MiB", slots=0), "slots"),
+    "scan of no layers": (lambda: jaxremat.remat_scan(dense, "50%")(jnp.ones((0, 4, 4)), jnp.ones((2, 4))),
+                          r"stacks no layers: stacked_params has shape \(0, 4, 4\)"),
 }
 
 

@@ -83,7 +83,7 @@ def fit_budget(
 
     Raises:
       solver.InfeasibleBudget: no set tried fits; ``min_budget`` is the least measured
-        memory among them (``exact=False``: a smaller one may exist).
+        memory among them and the plain program (``exact=False``: a smaller one may exist).
     """
     if budget >= plain_measured:
         return None, plain_measured
@@ -113,6 +113,8 @@ def fit_budget(
         else:
             high_b = model_budget
     if best is None:
-        raise solver.InfeasibleBudget(budget, min(measured.values()), "remat_graph", units="bytes",
-                                      exact=False)
+        # the plain program is a candidate too: keeping everything may measure less than
+        # every set tried (a set that recomputes cheap values can hold more than it saves)
+        raise solver.InfeasibleBudget(budget, min(plain_measured, *measured.values()), "remat_graph",
+                                      units="bytes", exact=False, other_methods=False)
     return best, best_measured

@@ -363,8 +363,10 @@ class RematGraph:
 
     def _planned(self, params: Any, x: Any) -> tuple[TracedGraph, GraphPlan, dict]:
         batch = vmap_batch_size((params, x))  # an ensemble batches the params only
-        # which of the two vmap batches (None: neither): the plans are measured that way
-        batched = (vmap_batch_size(params) > 1, vmap_batch_size(x) > 1) if batch > 1 else None
+        # which leaves of (params, x) vmap batches (None: none): the plans are measured that
+        # way (a table shared by the examples is not stacked)
+        batched = (tuple(vmap_batch_size(leaf) > 1 for leaf in jax.tree.leaves((params, x)))
+                   if batch > 1 else None)
         abstract_params, abstract_x = abstractify(params, "params"), abstractify(x, "x")
         key = (signature(abstract_params), signature(abstract_x), batch, batched)
         with self._memo.lock:
@@ -377,7 +379,7 @@ class RematGraph:
             return (*self._cache[key], self._functions[key])
 
     def _plan(self, memo: SignatureMemo, params: Any, x: Any, batch: int,
-              batched: tuple[bool, bool] | None = None) -> GraphPlan:
+              batched: tuple[bool, ...] | None = None) -> GraphPlan:
         traced, least = memo.traced, memo.least
         graph = traced.graph
         forward = float(graph.costs.sum())
@@ -395,28 +397,24 @@ class RematGraph:
         if self.budget is None:
             return plan_of(least)
 
-        leaves, treedef = jax.tree.flatten(params)
-        inexact = [jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in leaves]
-        floats = [leaf for leaf, f in zip(leaves, inexact) if f]
-        others = [leaf for leaf, f in zip(leaves, inexact) if not f]  # counters, keys: no gradient
-
         def measure(plan: GraphPlan) -> int:
             """The whole batch's bytes: under ``vmap`` the vmapped program is measured (its
-            batching rules may add buffers), batched along a leading axis of ``batch``. Once
-            per plan (its kept set and whether it saves them) and signature: ``memo``."""
+            batching rules may add buffers), the leaves ``batched`` says batched along a
+            leading axis of ``batch``. Once per plan (its kept set and whether it saves them)
+            and signature: ``memo``."""
             key = (plan.checkpoints.checkpoints, plan.checkpointed, plan.saved)
             return memo.measured(key, lambda: _measure(plan))
 
         def _measure(plan: GraphPlan) -> int:
-            def loss(floats, others, x):
-                parts = (iter(floats), iter(others))
-                p = treedef.unflatten([next(parts[0] if f else parts[1]) for f in inexact])
-                return _scalar(run_regions(traced, plan, p, x, memo.functions))
+            # every leaf of params is a parameter, as in activation_memory(g, params, x):
+            # integer and boolean leaves (counters, masks) are not counted either
+            loss = lambda p, x: _scalar(run_regions(traced, plan, p, x, memo.functions))  # noqa: E731
             if batched is None:
-                return activation_memory(loss, floats, others, x)
-            axes = (0 if batched[0] else None, 0 if batched[0] else None, 0 if batched[1] else None)
-            stacked = [_stacked(tree, batch) if axis == 0 else tree
-                       for tree, axis in zip((floats, others, x), axes)]
+                return activation_memory(loss, params, x)
+            leaves, tree = jax.tree.flatten((params, x))
+            axes = tree.unflatten([0 if b else None for b in batched])
+            stacked = tree.unflatten([_stacked(leaf, batch) if b else leaf
+                                      for leaf, b in zip(leaves, batched)])
             return activation_memory(lambda *args: jnp.sum(jax.vmap(loss, in_axes=axes)(*args)),
                                      *stacked)
 
@@ -436,7 +434,7 @@ class RematGraph:
             lowest = measure(fallback)
             if lowest > budget:
                 raise solver.InfeasibleBudget(budget, min(lowest, error.min_budget), "remat_graph",
-                                              units="bytes", exact=False,
+                                              units="bytes", exact=False, other_methods=False,
                                               hint=empty_input_hint(self.budget, leaf_shapes(x))) from None
             return dataclasses.replace(fallback, budget=budget, measured=int(lowest))
         return plan_of(keep_all if found is None else found, budget=budget, measured=int(measured))
@@ -487,8 +485,9 @@ def remat_graph(
 
     Raises (when first traced): ``ValueError`` when nothing depends on ``x`` or the graph
     has more than ``max_vertices`` operations; ``solver.InfeasibleBudget`` (a
-    ``ValueError``) when even the least-memory checkpoints measure more than the budget,
-    with that smallest budget in ``min_budget`` and in the message. At construction:
+    ``ValueError``) when no plan tried fits the budget (the least-memory checkpoints, the
+    budgeted searches' sets and the plain function), with the least they measure in
+    ``min_budget`` and in the message: a budget that works. At construction:
     ``ValueError`` for a malformed budget, ``max_vertices``, ``time_limit`` or ``work_limit``.
     """
     if not callable(fn):

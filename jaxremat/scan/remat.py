@@ -110,6 +110,12 @@ def _scan_length(stacked_params: Any) -> int:
                 f"stacked_params{first_path} has {length}, stacked_params{path} has {other}. "
                 f"Stack every parameter of the L layers on axis 0."
             )
+    if length == 0:
+        raise ValueError(
+            f"stacked_params stacks no layers: stacked_params{first_path} has shape "
+            f"{tuple(np.shape(leaves[0][1]))}, L = 0 on axis 0. Stack at least one layer's "
+            f"parameters (shape (L, ...) with L >= 1)."
+        )
     return length
 
 
