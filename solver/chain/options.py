@@ -415,14 +415,19 @@ def option_index(chain: ChainFields, i: int, option: Any) -> int:
 
 def layer_costs(chain: ChainFields, i: int, k: int = 0) -> LayerCosts:
     """The costs of ``F_all(i)`` with option ``k`` (checked with :func:`option_index` first)."""
+    out = float(chain.x_size[i + 1])  # the output, dropped in the base case's default charge
     if k == 0:
         xbar, inside = float(chain.xbar_size[i]), bool(chain.output_in_tape[i])
+        given = chain.fwd_tape_tmp
+        base = (chain.fwd_tmp[i] + (0.0 if inside else out) if given is None else given[i])
         times = (chain.fwd_time[i], chain.fwd_tape_time[i], chain.bwd_time[i],
-                 chain.fwd_tmp[i], chain.bwd_tmp[i], _own_base(chain)[i])
+                 chain.fwd_tmp[i], chain.bwd_tmp[i], base)
     else:
         o = chain.options
         xbar, inside = float(o.xbar_size[i, k]), bool(o.output_in_tape[i, k])
+        given = o.fwd_tape_tmp
+        base = (o.fwd_tmp[i, k] + (0.0 if inside else out) if given is None else given[i, k])
         times = (o.fwd_time[i, k], o.fwd_tape_time[i, k], o.bwd_time[i, k], o.fwd_tmp[i, k],
-                 o.bwd_tmp[i, k], base_forward_tmp(chain)[i, k])
-    tape = xbar if inside else xbar - float(chain.x_size[i + 1])
+                 o.bwd_tmp[i, k], base)
+    tape = xbar if inside else xbar - out
     return LayerCosts(xbar, tape, inside, *(float(t) for t in times))
