@@ -35,25 +35,33 @@ def _tracer_chain(leaf: Any) -> Iterator[Any]:
             return
 
 
+def _trace_of(tracer: Any) -> Any:
+    """The trace ``tracer`` belongs to (JAX internal ``._trace``), or ``None``."""
+    return getattr(tracer, "_trace", None)
+
+
 def vmap_levels(tree: Any) -> tuple[tuple[int, tuple[bool, ...]], ...]:
     """The ``jax.vmap`` levels batching the leaves of ``tree``, outermost first: per level,
     its batch size and which leaves (in ``jax.tree.leaves`` order) it batches.
 
     Levels are told apart by the trace a batching tracer belongs to (JAX internal:
-    ``._trace``; without it, by the tracer's depth in its leaf's chain). A vmap over
-    an ensemble around a vmap over the batch batches the parameters at one level and the
-    input at another: the batch is their product, though no leaf is batched by both.
+    ``._trace``; without it, by the tracer's depth in its leaf's chain, the largest size at
+    a depth taken). A vmap over an ensemble around a vmap over the batch batches the
+    parameters at one level and the input at another: the batch is their product, though no
+    leaf is batched by both.
     """
-    levels: dict[Any, list] = {}  # trace -> [size, leaves], in first-seen order
-    order: list[Any] = []  # traces, outermost first where a leaf's chain tells
+    levels: dict[Any, list] = {}  # level -> [size, leaves]
+    order: list[Any] = []  # levels, outermost first where a leaf's chain tells
     for k, leaf in enumerate(jax.tree.leaves(tree)):
         chain = []
         for depth, tracer in enumerate(_tracer_chain(leaf)):
             if (jax_compat.BATCH_TRACER is not None and isinstance(tracer, jax_compat.BATCH_TRACER)
                     and isinstance(tracer.batch_dim, int)):
-                trace = getattr(tracer, "_trace", None)
+                trace = _trace_of(tracer)
                 key = ("depth", depth) if trace is None else id(trace)
-                levels.setdefault(key, [int(tracer.val.shape[tracer.batch_dim]), set()])[1].add(k)
+                level = levels.setdefault(key, [1, set()])
+                level[0] = max(level[0], int(tracer.val.shape[tracer.batch_dim]))
+                level[1].add(k)
                 chain.append(key)
         for key in reversed(chain):  # the chain runs from the innermost level out
             if key not in order:
