@@ -15,6 +15,7 @@ import jaxremat
 import solver
 from dense_chain import A, X, Y, layer, per_layer_checkpoint, plain, segments, weights
 from jaxremat import activation_memory, jax_compat, profile_layers, remat_sequence
+from jaxremat import trace_state
 from jaxremat.trace_state import is_differentiated, vmap_batch_size
 
 
@@ -55,6 +56,24 @@ def test_tracer_fallbacks(monkeypatch):
     monkeypatch.setattr(jax_compat, "BATCH_TRACER", None)
     jax.vmap(probe)(jnp.ones((5, 3)))
     assert seen == {"batch": 1, "diff": True}  # the conservative answers
+
+
+
+def test_vmap_levels_without_traces(monkeypatch):
+    # An ensemble of 2 around a batch of 3: levels told apart by their traces multiply;
+    # without the tracers' traces, by their depth: two leaves under one vmap are one level.
+    seen = []
+
+    def probe(w, x):
+        seen.append((vmap_batch_size((w, x)), vmap_batch_size((x, 2 * x))))
+        return jnp.sum(w * x)
+
+    nested = lambda: jax.vmap(lambda w: jax.vmap(lambda x: probe(w, x))(jnp.ones((3, 4))))(  # noqa: E731
+        jnp.ones((2, 4)))
+    nested()
+    monkeypatch.setattr(trace_state, "_trace_of", lambda tracer: None)
+    nested()
+    assert seen == [(6, 3), (3, 3)]  # the fallback reads the largest level's only
 
 
 class _Lowered:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 import numbers
 from typing import Any, Callable
 
@@ -62,7 +63,7 @@ from .budget import fit_budget
 from .memo import PlanningMemo, SignatureMemo, memo_for
 from ..jax_compat import close_jaxpr
 from ..measure.meter import activation_memory
-from ..trace_state import vmap_batch_size
+from ..trace_state import vmap_levels
 from ..trees import abstractify, leaf_shapes, signature
 
 __all__ = ["GraphPlan", "RematGraph", "remat_graph"]
@@ -362,11 +363,11 @@ class RematGraph:
         return f"RematGraph({name!r}, budget={self.budget!r}, max_vertices={self.max_vertices})"
 
     def _planned(self, params: Any, x: Any) -> tuple[TracedGraph, GraphPlan, dict]:
-        batch = vmap_batch_size((params, x))  # an ensemble batches the params only
-        # which leaves of (params, x) vmap batches (None: none): the plans are measured that
-        # way (a table shared by the examples is not stacked)
-        batched = (tuple(vmap_batch_size(leaf) > 1 for leaf in jax.tree.leaves((params, x)))
-                   if batch > 1 else None)
+        # the vmap levels over (params, x) and the leaves each batches (an ensemble batches
+        # the params only, a table shared by the examples is not batched): the plans are
+        # measured that way, for the whole batch
+        batched = vmap_levels((params, x)) or None
+        batch = math.prod(size for size, _ in batched or ())
         abstract_params, abstract_x = abstractify(params, "params"), abstractify(x, "x")
         key = (signature(abstract_params), signature(abstract_x), batch, batched)
         with self._memo.lock:
@@ -379,7 +380,7 @@ class RematGraph:
             return (*self._cache[key], self._functions[key])
 
     def _plan(self, memo: SignatureMemo, params: Any, x: Any, batch: int,
-              batched: tuple[bool, ...] | None = None) -> GraphPlan:
+              batched: tuple[tuple[int, tuple[bool, ...]], ...] | None = None) -> GraphPlan:
         traced, least = memo.traced, memo.least
         graph = traced.graph
         forward = float(graph.costs.sum())
@@ -399,9 +400,9 @@ class RematGraph:
 
         def measure(plan: GraphPlan) -> int:
             """The whole batch's bytes: under ``vmap`` the vmapped program is measured (its
-            batching rules may add buffers), the leaves ``batched`` says batched along a
-            leading axis of ``batch``. Once per plan (its kept set and whether it saves them)
-            and signature: ``memo``."""
+            batching rules may add buffers), by a ``vmap`` per level of ``batched``, each
+            batching its leaves along a leading axis of its size. Once per plan (its kept set
+            and whether it saves them) and signature: ``memo``."""
             key = (plan.checkpoints.checkpoints, plan.checkpointed, plan.saved)
             return memo.measured(key, lambda: _measure(plan))
 
@@ -412,11 +413,10 @@ class RematGraph:
             if batched is None:
                 return activation_memory(loss, params, x)
             leaves, tree = jax.tree.flatten((params, x))
-            axes = tree.unflatten([0 if b else None for b in batched])
-            stacked = tree.unflatten([_stacked(leaf, batch) if b else leaf
-                                      for leaf, b in zip(leaves, batched)])
-            return activation_memory(lambda *args: jnp.sum(jax.vmap(loss, in_axes=axes)(*args)),
-                                     *stacked)
+            for size, which in reversed(batched):  # the innermost level's vmap first
+                loss = jax.vmap(loss, in_axes=tree.unflatten([0 if b else None for b in which]))
+                leaves = [_stacked(leaf, size) if b else leaf for leaf, b in zip(leaves, which)]
+            return activation_memory(lambda *args: jnp.sum(loss(*args)), *tree.unflatten(leaves))
 
         inner = [v for v in graph.topological_order if v not in (SOURCE, TARGET)]
         everything = memory_of(graph, list(range(1, len(graph) - 1)))[0]
