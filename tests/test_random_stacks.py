@@ -97,10 +97,11 @@ def build(kinds, widths, batch, length, seed):
     return [FUNCTIONS[k] for k in kinds], params, x
 
 
-def _budget(layers, params, x, share, menu) -> int:
-    """``share`` of the way from the least budget that fits to no remat."""
+def _budget(layers, params, x, share, menu, backend="checkpoint") -> int:
+    """``share`` of the way from the least budget that fits ``backend``'s plans to no remat
+    (``custom_vjp`` recomputes whole forwards: its least budget may be larger)."""
     try:
-        remat_sequence(layers, 1, policies=menu).plan(params, x)
+        remat_sequence(layers, 1, policies=menu, backend=backend).plan(params, x)
     except solver.InfeasibleBudget as error:
         least = error.min_budget
     full = remat_sequence(layers, 10**15, method="none", policies=menu).plan(params, x)
@@ -113,7 +114,7 @@ def _budget(layers, params, x, share, menu) -> int:
 def test_random_stacks_fit_their_prediction_and_keep_their_gradients(spec, menu, backend):
     *shape, share = spec
     layers, params, x = build(*shape)
-    budget = _budget(layers, params, x, share, menu)
+    budget = _budget(layers, params, x, share, menu, backend)
     seq = remat_sequence(layers, budget, policies=menu, backend=backend)
     plan = seq.plan(params, x)
     assert plan.predicted_peak <= budget
