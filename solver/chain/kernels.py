@@ -19,12 +19,10 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
   ``cout[i+1, k]``, or ``cfree[i+1, 0]`` where the output is in the tape (``Chain`` makes
   it the same for every option of layer ``i+1`` then) (the sub-solve's
   ``F_all(i+1)`` cut that copy of ``x[i+1]``),
-- ``ftmp``, ``fw``, ``bw`` (``(L+1, K)``, the loss's row 0): the forward's transient and the
-  times of ``F_all(i)`` / ``B(i)`` with option ``k``; ``gbt`` (same shape): what ``B(i)``
-  adds to what it holds, ``g[i]`` and its transient, ``cw[i] + bwd_tmp[i, k]`` (never
-  negative, though ``bwd_tmp`` may be: it is rounded as one size); ``tft`` (same shape): what
-  ``F_all(i)`` peaks at in the base case, the stored tape and ``Chain.fwd_tape_tmp``
-  (:func:`solver.chain.options.base_forward_tmp`; by default ``cbw + ftmp``),
+- ``ftmp``, ``fw``, ``bw`` (``(L+1, K)``, the loss's row 0): ``F_all(i)``'s transient, the
+  times of ``F_all(i)`` / ``B(i)`` with option ``k``; ``gbt``: what ``B(i)`` adds, ``cw[i] +
+  bwd_tmp[i, k]``, rounded as one size (``bwd_tmp`` may be negative, the sum is not); ``tft``:
+  the base case's ``F_all(i)`` peak, stored tape + ``Chain.fwd_tape_tmp`` (by default ``cbw + ftmp``),
 - ``ft`` (``(L+1, K)``): ``fwd_tape_time``, the cost of ``F_all(i)`` in the base case
   ``(i, i)``, where ``g[i+1]`` is held and ``B(i)`` follows at once (only the tape is
   computed); everywhere else ``F_all`` costs ``fw``,
