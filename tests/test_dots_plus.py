@@ -171,6 +171,33 @@ def test_a_later_shape_of_the_same_program_reuses_the_choice(monkeypatch):
     assert batch_16 and batch_16[0][1][0][0][0] == 16
 
 
+
+def _heads(p, x):
+    """Attention over heads without a softmax's stabiliser: a 4-D matmul, which
+    ``jnp.matmul`` lowers with the batch axis squeezed when it has size one."""
+    k = jnp.swapaxes(x @ p["wk"], -1, -2)
+    return x + jax.nn.softmax(x @ k, axis=-1) @ jnp.tanh(x @ p["wv"])
+
+
+def test_a_batch_of_one_reuses_the_choice(monkeypatch):
+    key = jax.random.PRNGKey(0)
+    p = {"wk": jax.random.normal(key, (16, 16)) / 4, "wv": jax.random.normal(key, (16, 16)) / 4}
+    x = jax.random.normal(key, (4, 2, 8, 16))
+    first = search(_heads, p, x, jax.make_jaxpr(_heads)(p, x), tree_bytes(x), "nothing")
+    assert first
+    one = x[:1]
+    assert len(jax.make_jaxpr(_heads)(p, one).eqns) != len(jax.make_jaxpr(_heads)(p, x).eqns)
+    calls = []
+    monkeypatch.setattr(searched, "_measure", lambda *a: calls.append(a) or (0, 0.0))
+    monkeypatch.setattr(searched, "candidates", lambda *a: calls.append(a) or ())
+    later = search(_heads, p, one, jax.make_jaxpr(_heads)(p, one), tree_bytes(one), "nothing")
+    assert calls == []
+    assert [suffix for suffix, _ in later] == [suffix for suffix, _ in first]
+    for (_, was), (_, now) in zip(first, later):
+        assert sorted(k[0] for k in now.keys) == sorted(k[0] for k in was.keys)
+        assert all(shape[0] == 1 for k in now.keys for shape, _ in k[1] if len(shape) == 4)
+
+
 def _stack():
     mlp, mlp_p, _ = blocks.case("mlp")
     attention, attention_p, hx = blocks.case("attention")

@@ -43,8 +43,9 @@ then measured by the profile like any other option, and the DP decides what each
 Each candidate and step is measured without tracing the layer under the policy: its JVP
 program is traced once and split as ``jax.checkpoint`` splits it
 (:mod:`jaxremat.measure.policy_costs`; about 5 ms a split on a GPT-2 block, 0.1-0.5 s per base,
-against 1-2 s when each was a traced ``jax.vjp``). A later shape of the same program (same
-primitives, ranks and dtypes) maps the chosen equations to its own shapes without searching
+against 1-2 s when each was a traced ``jax.vjp``). A later shape of the same program (the
+same primitives and dtypes outside layout changes: a batch of one, whose batch axis
+``jnp.einsum`` squeezes, too) maps the chosen equations to its own shapes without searching
 again. Opt-in (``policies=(..., "dots_plus")``), as ``"dots_ranked"`` is: each option it adds
 is profiled like any other, at every new shape.
 """
@@ -141,12 +142,19 @@ def _equations(jaxpr: Jaxpr) -> Iterator[Any]:
             yield from _equations(getattr(inner, "jaxpr", inner))
 
 
-def _structure(jaxpr: Jaxpr) -> tuple:
-    """The program without its sizes: each equation's primitive and its operands' ranks and
-    dtypes (a later batch size of the same layer has the same structure)."""
-    return tuple((e.primitive.name, tuple((len(getattr(v.aval, "shape", ())),
-                                           str(getattr(v.aval, "dtype", ""))) for v in e.invars))
-                 for e in _equations(jaxpr))
+def _core(jaxpr: Jaxpr) -> list[Any]:
+    """The equations of ``jaxpr`` (nested ones too, :func:`_equations`) that are not a layout
+    change (:data:`LAYOUT`): those a search may choose, in program order."""
+    return [e for e in _equations(jaxpr) if e.primitive.name not in LAYOUT]
+
+
+def _structure(core: list[Any]) -> tuple:
+    """The program without its sizes and layout: each equation of :func:`_core` by its
+    primitive and its operands' dtypes. A later batch size of the same layer has the same
+    structure, a batch of one too, where ``jnp.einsum`` squeezes the batch axis (the ranks
+    and the reshapes around the contraction change, not the equations between them)."""
+    return tuple((e.primitive.name, tuple(str(getattr(v.aval, "dtype", "")) for v in e.invars))
+                 for e in core)
 
 
 def candidates(jaxpr: ClosedJaxpr | Jaxpr, input_bytes: int, base: str = "dots"
@@ -264,8 +272,8 @@ def search(layer: Callable, p: Any, x: Any, jaxpr: ClosedJaxpr, input_bytes: int
     matmul's depends on the shapes) takes the same equations at its own shapes."""
     if base not in BASES:
         raise ValueError(f"search's base must be one of {BASES}, got {base!r}.")
-    eqns = list(_equations(getattr(jaxpr, "jaxpr", jaxpr)))
-    memo_key = (_structure(getattr(jaxpr, "jaxpr", jaxpr)), base)
+    eqns = _core(getattr(jaxpr, "jaxpr", jaxpr))
+    memo_key = (_structure(eqns), base)
     chosen = _CHOSEN.get(memo_key)
     if chosen is None:
         keys = candidates(jaxpr, input_bytes, base)
