@@ -13,6 +13,7 @@ from typing import Any, Callable
 import jax
 
 from solver import Chain
+from solver.chain.options import full_forward_tmp
 
 from jax.extend.core import ClosedJaxpr
 
@@ -203,7 +204,8 @@ def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str
         if measured.fwd_tmp is not None:  # the device's figures: the full forward, x held
             fwd_tmp, bwd_tmp = measured.fwd_tmp, measured.bwd_tmp
             bwd_tmp_freed = bwd_tmp
-            fwd_tape_tmp = fwd_tmp + (0 if traced.output_in_tape else tree_bytes(traced.output))
+            fwd_tape_tmp = full_forward_tmp(fwd_tmp, bool(traced.output_in_tape),
+                                            tree_bytes(traced.output))
     elif costs == "flops":
         fwd_time, bwd_time, tape_time = (f / PEAK_FLOPS for f in (fwd_flops, bwd_flops, tape_flops))
     else:

@@ -45,7 +45,7 @@ import numpy as np
 from ..errors import float_array
 
 __all__ = ["LayerOptions", "LayerCosts", "layer_costs", "option_index", "base_forward_tmp",
-           "bwd_tmp_floor", "check_bwd_tmp", "MAX_OPTIONS", "SIGNED_FIELDS"]
+           "full_forward_tmp", "bwd_tmp_floor", "check_bwd_tmp", "MAX_OPTIONS", "SIGNED_FIELDS"]
 
 MAX_OPTIONS = 256  # options per layer; the simulator packs a tape's option in 8 bits
 
@@ -270,9 +270,8 @@ class LayerOptions:
                 inside[i, k] = bool(option.get("output_in_tape", own["output_in_tape"][i]))
                 read[i, k] = option.get("x_read_size", chain.x_read_size[i]) if k else \
                     chain.x_read_size[i]
-                out = 0.0 if inside[i, k] else float(chain.x_size[i + 1])
-                base[i, k] = option.get("fwd_tape_tmp", arrays["fwd_tmp"][i, k] + out) if k else \
-                    own_base[i]
+                base[i, k] = own_base[i] if not k else option.get("fwd_tape_tmp", full_forward_tmp(
+                    arrays["fwd_tmp"][i, k], bool(inside[i, k]), float(chain.x_size[i + 1])))
                 valid[i, k] = True
                 if k:
                     names[i][k] = str(option.get("name", f"option {k}"))
@@ -372,11 +371,20 @@ class LayerCosts(NamedTuple):
     fwd_tape_tmp: float  # F_all's peak beside the stored tape while g[i+1] is held
 
 
+def full_forward_tmp(fwd_tmp: Any, output_in_tape: Any, out: Any) -> Any:
+    """The default ``fwd_tape_tmp`` (:func:`base_forward_tmp`): what a full forward peaks at
+    above its input and stored tape, ``fwd_tmp`` plus the output where it is outside the tape
+    (the forward computes it and drops it). Scalars (``output_in_tape`` a bool) or arrays."""
+    if isinstance(output_in_tape, (bool, np.bool_)):
+        return fwd_tmp + (0 if output_in_tape else out)
+    return fwd_tmp + np.where(output_in_tape, 0.0, out)
+
+
 def _own_base(chain: ChainFields) -> np.ndarray:
     """The chain's own (column 0) :func:`base_forward_tmp`, from its fields alone."""
     if chain.fwd_tape_tmp is not None:
         return np.asarray(chain.fwd_tape_tmp, dtype=np.float64)
-    return chain.fwd_tmp + np.where(chain.output_in_tape, 0.0, chain.x_size[1:])
+    return full_forward_tmp(chain.fwd_tmp, chain.output_in_tape, chain.x_size[1:])
 
 
 def base_forward_tmp(chain: ChainFields, table: "LayerOptions | None" = None) -> np.ndarray:
@@ -392,8 +400,8 @@ def base_forward_tmp(chain: ChainFields, table: "LayerOptions | None" = None) ->
         return _own_base(chain)[:, None]
     if table.fwd_tape_tmp is not None:
         return np.where(table.valid, table.fwd_tape_tmp, 0.0)
-    out = np.where(table.output_in_tape, 0.0, np.asarray(chain.x_size[1:], float)[:, None])
-    return np.where(table.valid, table.fwd_tmp + out, 0.0)
+    out = np.asarray(chain.x_size[1:], float)[:, None]
+    return np.where(table.valid, full_forward_tmp(table.fwd_tmp, table.output_in_tape, out), 0.0)
 
 
 def option_index(chain: ChainFields, i: int, option: Any) -> int:
@@ -419,14 +427,14 @@ def layer_costs(chain: ChainFields, i: int, k: int = 0) -> LayerCosts:
     if k == 0:
         xbar, inside = float(chain.xbar_size[i]), bool(chain.output_in_tape[i])
         given = chain.fwd_tape_tmp
-        base = (chain.fwd_tmp[i] + (0.0 if inside else out) if given is None else given[i])
+        base = full_forward_tmp(chain.fwd_tmp[i], inside, out) if given is None else given[i]
         times = (chain.fwd_time[i], chain.fwd_tape_time[i], chain.bwd_time[i],
                  chain.fwd_tmp[i], chain.bwd_tmp[i], base)
     else:
         o = chain.options
         xbar, inside = float(o.xbar_size[i, k]), bool(o.output_in_tape[i, k])
         given = o.fwd_tape_tmp
-        base = (o.fwd_tmp[i, k] + (0.0 if inside else out) if given is None else given[i, k])
+        base = full_forward_tmp(o.fwd_tmp[i, k], inside, out) if given is None else given[i, k]
         times = (o.fwd_time[i, k], o.fwd_tape_time[i, k], o.bwd_time[i, k], o.fwd_tmp[i, k],
                  o.bwd_tmp[i, k], base)
     tape = xbar if inside else xbar - out
