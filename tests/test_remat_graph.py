@@ -187,7 +187,8 @@ def test_random_dags(program):
     g = remat_graph(fn)
     plan = g.plan(params, X)
     assert_same(fn, g, params, X)
-    assert_regions_valid(plan)
+    if plan.regions:  # else the plain function measured least
+        assert_regions_valid(plan)
     assert activation_memory(g, params, X) <= activation_memory(fn, params, X)
 
 
