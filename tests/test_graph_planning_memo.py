@@ -124,7 +124,7 @@ def test_work_limited_plan_is_the_same_under_load(monkeypatch):
 
 
 def test_shared_region_functions_run_the_same_program():
-    # The memo keeps each region's function (remat.run_regions' `functions`), so that JAX's
+    # The memo keeps each region's function (plan.run_regions' `functions`), so that JAX's
     # differentiation caches hit for the regions several plans share: a plan then runs and
     # measures exactly what freshly built region functions give.
     import jax

@@ -11,7 +11,7 @@ per graph definition) keeps, per input signature (LRU of ``SIGNATURES``):
 
 * the traced graph and its least-memory set;
 * the measured bytes of each plan measured, by kept set and mode;
-* the function of each region run (:func:`jaxremat.graph.remat.run_regions`): JAX caches
+* the function of each region run (:func:`jaxremat.graph.plan.run_regions`): JAX caches
   the differentiation of a checkpointed function by the function, so a region that several
   plans share is traced and differentiated once;
 * the budgeted searches run, reused for a model budget ``b`` whenever an earlier search
@@ -47,7 +47,7 @@ class SignatureMemo:
         self.least: solver.CheckpointSet = solver.checkpoint_search(traced.graph)
         self._measured: dict[Hashable, int] = {}
         self._searches: list[tuple[float, int | None, solver.CheckpointSet]] = []
-        # each region's function, shared by the plans of this signature (remat.run_regions)
+        # each region's function, shared by the plans of this signature (plan.run_regions)
         self.functions: dict[Hashable, tuple] = {}
         self.searches_run = 0  # budgeted searches actually run (tests read it)
 
