@@ -180,11 +180,19 @@ class RematGraph:
             # the least measured of the least-memory checkpoints (kept tensors recomputed
             # with their regions, or saved) and the plain function, the least recompute
             # first among equals: on a small function the model's least can hold more
-            candidates = (plan_of(keep_all), plan_of(least, save_kept=True),
-                          plan_of(least, save_kept=False))
-            sizes = [measure(plan) for plan in candidates]
-            best = sizes.index(min(sizes))
-            return dataclasses.replace(candidates[best], measured=int(sizes[best]))
+            # (a plan the meter cannot read, e.g. names under JAX's experimental jax_remat3,
+            # is not a candidate; the least-memory set runs unmeasured if none can be read)
+            found = []
+            for plan in (plan_of(keep_all), plan_of(least, save_kept=True),
+                         plan_of(least, save_kept=False)):
+                try:
+                    found.append((measure(plan), len(found), plan))
+                except NotImplementedError:
+                    continue
+            if not found:
+                return plan_of(least)
+            size, _, plan = min(found)
+            return dataclasses.replace(plan, measured=int(size))
         plain = measure(plan_of(keep_all))
         budget = resolve_budget(self.budget, plain)
         try:
