@@ -131,7 +131,9 @@ def _check_scannable(layer: Callable, params: Any, x: Any) -> int:
     except Exception as error:
         raise ValueError(
             f"remat_scan could not trace layer(params[0], x) on parameters {_describe(params)} "
-            f"and input {_describe(x)}: {type(error).__name__}: {error}"
+            f"(one layer's: stacked_params without its axis 0) and input {_describe(x)}: "
+            f"{type(error).__name__}: {error}. Check that every leaf of stacked_params stacks "
+            f"the L layers' parameters on axis 0 (shape (L, ...))."
         ) from error
     same = jax.tree.structure(out) == jax.tree.structure(x) and all(
         a.shape == b.shape and a.dtype == b.dtype
@@ -142,9 +144,23 @@ def _check_scannable(layer: Callable, params: Any, x: Any) -> int:
             f"its input (lax.scan carries it from layer to layer), but layer(params[0], x) maps "
             f"{_describe(x)} to {_describe(out)}. For layers that change shapes use "
             f"jaxremat.remat_sequence([layer_0, layer_1, ...], budget) with one function and "
-            f"one parameter pytree per layer."
+            f"one parameter pytree per layer. (params[0] is stacked_params without its axis 0, "
+            f"{_describe(params)}: check that every leaf stacks the L layers' parameters on "
+            f"axis 0.)"
         )
     return program_size(jaxpr)
+
+
+def _check_differentiable(x: Any) -> None:
+    """Raise unless the carry ``x`` has a floating-point (or complex) leaf: a carry of
+    integers and booleans only carries no gradient, so there is nothing to rematerialize."""
+    if not any(jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in jax.tree.leaves(x)):
+        raise ValueError(
+            f"remat_scan: the scan input x ({_describe(x)}) has no floating-point leaf, so no "
+            f"gradient flows through the layers and there is nothing to rematerialize. Run the "
+            f"plain scan, jax.lax.scan(lambda h, p: (layer(p, h), None), x, stacked_params)[0], "
+            f"or carry the floating-point activations the layers differentiate in x."
+        )
 
 
 def _split(params: Any, lengths: list[int]) -> list[Any]:
@@ -355,6 +371,7 @@ class RematScan:
             return plan
         one = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), abstract_params)
         equations = _check_scannable(self._layer, one, abstract_x)
+        _check_differentiable(abstract_x)
         unroll = auto_unroll(equations) if self._unroll == "auto" else self._unroll
         profile = profile_sequence([self._layer] * length, [one] * length, abstract_x,
                                    costs=self._costs, progress=False, input_grad=True,
