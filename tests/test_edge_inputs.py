@@ -250,3 +250,16 @@ def test_remat_graph_under_vmap_leaves_a_shared_input_unbatched():
     assert measured == plan.measured <= budget
     assert_trees_close(jax.grad(loss(g), argnums=(0, 1, 2))(params, h, table),
                        jax.grad(loss(fn), argnums=(0, 1, 2))(params, h, table))
+
+
+def test_float64_numpy_inputs_are_read_as_jax_reads_them():
+    """numpy's default float64 arrays are float32 to JAX (``jax_enable_x64`` off).
+    remat_scan refused them (``maps float64[2, 8] to float32[2, 8]``) and remat_sequence
+    counted their input at 8 bytes an element."""
+    rng = np.random.default_rng(0)
+    stacked, x = rng.standard_normal((3, 8, 8)) * 0.3, rng.standard_normal((2, 8))
+    layer = lambda w, h: h + jnp.tanh(h @ w)  # noqa: E731
+    want = jax.lax.scan(lambda h, w: (layer(w, h), None), x, stacked)[0]
+    np.testing.assert_allclose(jaxremat.remat_scan(layer, "100%")(stacked, x), want, rtol=1e-6)
+    seq = jaxremat.remat_sequence([layer] * 3, 10**6)
+    assert seq.plan(list(stacked), x).chain.x_size[0] == x.size * 4
