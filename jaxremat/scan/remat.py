@@ -318,10 +318,8 @@ class RematScan:
         on it, for the search's pruning (:func:`jaxremat.scan.family.choose`).
 
         Where that member does not fit, the plain scan and ``jax.checkpoint`` per layer
-        (each option) are measured too and the fastest that fits is taken: under
-        ``jax.vmap`` the predicted peaks per example (the parameters' terms divided by the
-        batch) may rank them otherwise than the meter, and the least budget named was up
-        to 1.2x the one that fits (above the plain vmapped scan's own memory)."""
+        (each option) are measured too and the fastest that fits is taken (under ``jax.vmap``
+        the predictions per example may rank them otherwise than the meter)."""
         extra = 0.0
         smallest = None
         memo: dict = {}
@@ -334,7 +332,8 @@ class RematScan:
                 break
             measured = measure(member)
             if measured <= budget:
-                return member, schedule, measured
+                return self._plain_if_faster(chain, budget, measure, margin,
+                                             (member, schedule, measured))
             predicted = schedule.peak + margin(member)
             extra = max(extra + measured - budget, measured - predicted)
         if smallest is None:
@@ -356,6 +355,24 @@ class RematScan:
             return member, tried[member][0], measured
         least = min(measured for _, measured in tried.values())
         raise solver.InfeasibleBudget(budget, least, f"remat_scan {self._method}")
+
+    def _plain_if_faster(self, chain: Chain, budget: float, measure: Callable[[NestedScan], int],
+                         margin: Callable[[NestedScan], float],
+                         found: tuple[NestedScan, Schedule, int]) -> tuple[NestedScan, Schedule, int]:
+        """``found`` (member, schedule, measured peak), or a faster plain scan whose chain
+        peak fits ``budget`` and whose measured peak does, though its loop margin (an upper
+        bound, loose on some pytree carries) does not."""
+        if self._method != "rotor":
+            return found
+        for option in range(chain_options(chain)):
+            member = NestedScan((), option)
+            schedule = member_schedule(chain, member)
+            if (schedule.time < found[1].time and schedule.peak <= budget
+                    < schedule.peak + margin(member)):
+                measured = measure(member)
+                if measured <= budget:
+                    found = (member, schedule, measured)
+        return found
 
     def _member(self, chain: Chain, budget: float, memo: dict,
                 margin: Callable[[NestedScan], float],
