@@ -206,6 +206,19 @@ def scan_num_consts(eqn: Any) -> int:
         return 0
 
 
+def scan_num_carry(eqn: Any, default: int) -> int:
+    """How many of a ``scan`` equation's leading outputs are its final carry (``num_carry``
+    on JAX 0.10-0.11, the first group of ``ft_out`` on 0.12); ``default`` where the
+    version's params say neither way."""
+    if "num_carry" in eqn.params:
+        return int(eqn.params["num_carry"])
+    groups = eqn.params.get("ft_out")  # a flat tree of two groups: carry, stacked outputs
+    try:
+        return len(groups.unpack()[0].vals)
+    except (AttributeError, IndexError, TypeError):
+        return default
+
+
 HOST_MEMORY_KIND = "pinned_host"
 """The host memory kind offload policies move residuals to."""
 

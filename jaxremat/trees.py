@@ -67,7 +67,9 @@ def _abstract_leaf(leaf: Any, where: str) -> jax.ShapeDtypeStruct:
     if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) or isinstance(leaf, jax.core.Tracer):
         weak = bool(getattr(jax.typeof(leaf), "weak_type", False)) if not isinstance(
             leaf, (np.ndarray, np.generic)) else False
-        return jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, weak_type=weak)
+        # as JAX reads it: float64 numpy inputs are float32 unless jax_enable_x64 is set
+        dtype = jax.dtypes.canonicalize_dtype(leaf.dtype, allow_extended_dtype=True)
+        return jax.ShapeDtypeStruct(np.shape(leaf), dtype, weak_type=weak)
     raise TypeError(
         f"{where} has a leaf of type {type(leaf).__name__} ({leaf!r:.60}); every leaf must be "
         f"an array (jax.Array, numpy array or jax.ShapeDtypeStruct). Convert Python scalars "

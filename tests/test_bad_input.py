@@ -100,6 +100,12 @@ FRONTEND_CASES = {
     "linen bad slots": (lambda: LinenSequential(layers=[nn.relu], budget="1MiB", slots=0), "slots"),
     "scan of no layers": (lambda: jaxremat.remat_scan(dense, "50%")(jnp.ones((0, 4, 4)), jnp.ones((2, 4))),
                           r"stacks no layers: stacked_params has shape \(0, 4, 4\)"),
+    # an integer carry carries no gradient: this was JAX's "grad requires real-valued outputs"
+    "scan of an integer carry": (lambda: jaxremat.remat_scan(
+        lambda p, c: (c[0] + 1, ~c[1]), "50%")(jnp.ones((3, 2)), (jnp.zeros(2, int), jnp.zeros(2, bool))),
+                                 r"no floating-point leaf.*jax\.lax\.scan\("),
+    "scan of unstacked parameters": (lambda: jaxremat.remat_scan(dense, "50%")(
+        jnp.ones((4, 4)), jnp.ones((2, 4))), r"stacks the L layers' parameters on axis 0"),
 }
 
 

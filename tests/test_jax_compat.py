@@ -229,3 +229,17 @@ def test_scan_constants_are_counted_on_this_version():
     bare = eqn.replace(params={k: v for k, v in eqn.params.items()
                                if k not in ("num_consts", "ft_in")})
     assert jax_compat.scan_num_consts(bare) == 0
+
+
+def test_scan_carry_is_counted_on_this_version():
+    """A ``scan``'s final carry (``num_carry`` on JAX 0.10-0.11, ``ft_out`` on 0.12): two
+    carried values, two stacked outputs; the default where the params say neither."""
+    def f(h, xs):
+        return jax.lax.scan(lambda c, x: ((c[0] + x, c[1] + 1), (c[0] * x, c[1] * 2)), (h, 0), xs)
+
+    closed = jax.make_jaxpr(f)(jnp.ones(2), jnp.ones((3, 2)))
+    (eqn,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "scan"]
+    assert jax_compat.scan_num_carry(eqn, -1) == len(eqn.outvars) - 2 == 2
+    bare = eqn.replace(params={k: v for k, v in eqn.params.items()
+                               if k not in ("num_carry", "ft_out")})
+    assert jax_compat.scan_num_carry(bare, -1) == -1

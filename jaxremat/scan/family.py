@@ -192,7 +192,11 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
     * plain scan (no level), by phase (:func:`jaxremat.scan.simulate.phase_peaks`): the
       forward loop's tape and carry on the chain's forward peak; the backward loop's tape
       on its ``B`` peak (the body reads its tape as a slice, live to the loop's end, and
-      cannot free it early as ``bwd_tmp`` credits).
+      cannot free it early as ``bwd_tmp`` credits); with ``scan_bodies`` what its loops
+      hold measured on the layer where that is more (the loops' rows, carries, body and
+      constants, :func:`jaxremat.scan.loops.checkpointed_loops_peak`'s sum: the bias-free
+      ``x + relu(x @ w) @ v`` block's hoisted zeros, 256 B over the by-phase term at width 8,
+      1.09-1.21 of the prediction, tests/test_scan_margin.py).
     * ``jax.checkpoint`` per layer (``(1,)``): the backward loop's final carry on the ``B``
       peak, or with ``checkpoint_bodies`` what the loops hold measured on the layer
       (:func:`jaxremat.scan.loops.checkpointed_loops_peak`) where that is more.
@@ -235,7 +239,10 @@ def loop_margin(chain: Chain, member: NestedScan, param_bytes: float = 0.0,
         forward, recompute, backward = phase_peaks(chain, member)
         peak = max(forward, recompute, backward)
         if not sizes:  # the plain scan
-            return max(forward + tape + x, backward + tape) - peak
+            loops = max(forward + tape + x, backward + tape)
+            if scan_bodies is not None:  # its loops measured on the layer (hoisted values)
+                loops = max(loops, checkpointed_loops_peak(L, x, scan_bodies[member.option]))
+            return loops - peak
         loops = max(forward, recompute, backward + x)  # jax.checkpoint per layer
         if checkpoint_bodies is not None:
             loops = max(loops, checkpointed_loops_peak(L, x, checkpoint_bodies[member.option]))

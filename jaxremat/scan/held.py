@@ -31,9 +31,10 @@ import math
 from typing import Any, Callable
 
 import jax
+import numpy as np
 from jax.extend.core import Literal
 
-from ..jax_compat import scan_num_consts
+from ..jax_compat import scan_num_carry, scan_num_consts
 from ..measure.liveness import KEPT, OUTSIDE, UNCOUNTED, Walker
 from ..trees import aval_nbytes
 from .loops import ScanBody
@@ -94,8 +95,13 @@ def scan_body(layer: Callable, params: Any, x: Any) -> ScanBody:
         return Walker().peak(body, (OUTSIDE,) * len(body.invars), outputs).nbytes
 
     forward, backward = loops[0], loops[-1]
-    carry = len(jax.tree.leaves(x))  # the layer maps x to x's structure: the loops' carry
+    # each loop's outputs: its carry (x's leaves forward; the cotangents of x's inexact
+    # leaves backward: an integer leaf has none), then the stacked rows
+    leaves = jax.tree.leaves(x)
+    carry = scan_num_carry(forward, len(leaves))
     rows = sum(aval_nbytes(v.aval) for v in forward.outvars[carry:]) // 2
+    carry = scan_num_carry(backward, sum(jax.dtypes.issubdtype(leaf.dtype, np.inexact)
+                                         for leaf in leaves))
     grads = len(backward.outvars) - carry  # after the carry: the parameters' gradient rows
     return ScanBody(hoisted(loops), hoisted([backward]), rows,
                     peak(forward, (KEPT,) * len(forward.outvars)),

@@ -53,7 +53,7 @@ from ..measure.meter import activation_memory
 from ..sequence.plan import check_settings
 from ..sequence.policies import check_policies
 from ..sequence.profile import profile_sequence
-from .family import FamilyInfeasible, choose, loop_margin, member_schedule
+from .family import FamilyInfeasible, chain_options, choose, loop_margin, member_schedule
 from .held import margin_bytes, stored_layer as _stored
 from .loops import ScanBody
 from .members import UNROLL, NestedScan, auto_unroll, check_unroll, pieces, reshaped, runs
@@ -131,7 +131,9 @@ def _check_scannable(layer: Callable, params: Any, x: Any) -> int:
     except Exception as error:
         raise ValueError(
             f"remat_scan could not trace layer(params[0], x) on parameters {_describe(params)} "
-            f"and input {_describe(x)}: {type(error).__name__}: {error}"
+            f"(one layer's: stacked_params without its axis 0) and input {_describe(x)}: "
+            f"{type(error).__name__}: {error}. Check that every leaf of stacked_params stacks "
+            f"the L layers' parameters on axis 0 (shape (L, ...))."
         ) from error
     same = jax.tree.structure(out) == jax.tree.structure(x) and all(
         a.shape == b.shape and a.dtype == b.dtype
@@ -142,9 +144,23 @@ def _check_scannable(layer: Callable, params: Any, x: Any) -> int:
             f"its input (lax.scan carries it from layer to layer), but layer(params[0], x) maps "
             f"{_describe(x)} to {_describe(out)}. For layers that change shapes use "
             f"jaxremat.remat_sequence([layer_0, layer_1, ...], budget) with one function and "
-            f"one parameter pytree per layer."
+            f"one parameter pytree per layer. (params[0] is stacked_params without its axis 0, "
+            f"{_describe(params)}: check that every leaf stacks the L layers' parameters on "
+            f"axis 0.)"
         )
     return program_size(jaxpr)
+
+
+def _check_differentiable(x: Any) -> None:
+    """Raise unless the carry ``x`` has a floating-point (or complex) leaf: a carry of
+    integers and booleans only carries no gradient, so there is nothing to rematerialize."""
+    if not any(jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in jax.tree.leaves(x)):
+        raise ValueError(
+            f"remat_scan: the scan input x ({_describe(x)}) has no floating-point leaf, so no "
+            f"gradient flows through the layers and there is nothing to rematerialize. Run the "
+            f"plain scan, jax.lax.scan(lambda h, p: (layer(p, h), None), x, stacked_params)[0], "
+            f"or carry the floating-point activations the layers differentiate in x."
+        )
 
 
 def _split(params: Any, lengths: list[int]) -> list[Any]:
@@ -299,7 +315,11 @@ class RematScan:
         Raises ``solver.InfeasibleBudget`` naming the budget that works: that member's
         measured memory. ``margin(member)``: bytes added to the chain's peak
         (:func:`jaxremat.scan.family.loop_margin`); ``margin_floor``: a cheaper lower bound
-        on it, for the search's pruning (:func:`jaxremat.scan.family.choose`)."""
+        on it, for the search's pruning (:func:`jaxremat.scan.family.choose`).
+
+        Where that member does not fit, the plain scan and ``jax.checkpoint`` per layer
+        (each option) are measured too and the fastest that fits is taken (under ``jax.vmap``
+        the predictions per example may rank them otherwise than the meter)."""
         extra = 0.0
         smallest = None
         memo: dict = {}
@@ -312,7 +332,8 @@ class RematScan:
                 break
             measured = measure(member)
             if measured <= budget:
-                return member, schedule, measured
+                return self._plain_if_faster(chain, budget, measure, margin,
+                                             (member, schedule, measured))
             predicted = schedule.peak + margin(member)
             extra = max(extra + measured - budget, measured - predicted)
         if smallest is None:
@@ -320,11 +341,38 @@ class RematScan:
                 self._member(chain, 0.0, memo, margin, margin_floor)
             except FamilyInfeasible as error:
                 smallest = (error.member, error.schedule, error.min_budget)
-        member, schedule, _ = smallest
-        measured = measure(member)
-        if measured <= budget:
-            return member, schedule, measured
-        raise solver.InfeasibleBudget(budget, measured, f"remat_scan {self._method}")
+        tried = {smallest[0]: (smallest[1], measure(smallest[0]))}
+        if self._method == "rotor":  # the plain scan and checkpoint per layer too, measured
+            for option in range(chain_options(chain)):
+                for sizes in ((), (1,)) if chain.length > 1 else ((),):
+                    member = NestedScan(sizes, option)
+                    if member not in tried:
+                        tried[member] = (member_schedule(chain, member), measure(member))
+        fitting = [(schedule.time, measured, member) for member, (schedule, measured)
+                   in tried.items() if measured <= budget]
+        if fitting:
+            _, measured, member = min(fitting, key=lambda item: item[:2])
+            return member, tried[member][0], measured
+        least = min(measured for _, measured in tried.values())
+        raise solver.InfeasibleBudget(budget, least, f"remat_scan {self._method}")
+
+    def _plain_if_faster(self, chain: Chain, budget: float, measure: Callable[[NestedScan], int],
+                         margin: Callable[[NestedScan], float],
+                         found: tuple[NestedScan, Schedule, int]) -> tuple[NestedScan, Schedule, int]:
+        """``found`` (member, schedule, measured peak), or a faster plain scan whose chain
+        peak fits ``budget`` and whose measured peak does, though its loop margin (an upper
+        bound, loose on some pytree carries) does not."""
+        if self._method != "rotor":
+            return found
+        for option in range(chain_options(chain)):
+            member = NestedScan((), option)
+            schedule = member_schedule(chain, member)
+            if (schedule.time < found[1].time and schedule.peak <= budget
+                    < schedule.peak + margin(member)):
+                measured = measure(member)
+                if measured <= budget:
+                    found = (member, schedule, measured)
+        return found
 
     def _member(self, chain: Chain, budget: float, memo: dict,
                 margin: Callable[[NestedScan], float],
@@ -355,6 +403,7 @@ class RematScan:
             return plan
         one = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), abstract_params)
         equations = _check_scannable(self._layer, one, abstract_x)
+        _check_differentiable(abstract_x)
         unroll = auto_unroll(equations) if self._unroll == "auto" else self._unroll
         profile = profile_sequence([self._layer] * length, [one] * length, abstract_x,
                                    costs=self._costs, progress=False, input_grad=True,
