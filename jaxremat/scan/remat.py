@@ -26,9 +26,8 @@ gradients flowing back and transients; not the parameters nor their gradients) a
 given the same ways: bytes, ``"512MiB"``, or ``"40%"`` of the plain scan's memory (the
 larger of its measured and predicted peaks). Every plan's program is measured with
 :func:`jaxremat.activation_memory` before it is used, and a plan the meter finds over the
-budget is replaced (:meth:`RematScan._fit`). Under
-``jax.vmap`` it means the whole batch (the plan is solved per example on ``budget /
-batch``).
+budget is replaced (:meth:`RematScan._fit`). Under ``jax.vmap`` it means the whole batch
+(the plan is solved per example on ``budget / batch``).
 """
 
 from __future__ import annotations
