@@ -23,8 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plans import every_plan_cost
-from solver import (Chain, Checkpoint, InfeasibleBudget, Layer, RotorTable, exhaustive_search,
+from plans import check_exact, every_plan_cost
+from solver import (Chain, Checkpoint, Layer, RotorTable, chain_time_bound, exhaustive_search,
                     make_schedule, rotor_min_budget, solve)
 from solver.chain.exhaustive import replay
 from test_exhaustive import unpruned_optimum
@@ -51,12 +51,12 @@ def test_a_copy_on_its_own_is_cut_to_what_its_own_backward_reads():
     assert make_schedule(OWN, stored).peak == make_schedule(UNION, stored).peak == 14.0
 
 
-def test_own_reads_are_checked_and_the_dp_plans_within_the_budget():
+def test_own_reads_are_checked_and_the_dp_finds_the_plan_they_fit():
     with pytest.raises(ValueError, match="x_own_read_size"):
         Chain(fwd_time=[1, 1], bwd_time=[2, 2], x_size=[1, 4, 1], xbar_size=[4, 4],
               x_read_size=[1, 2], x_own_read_size=[1, 3])  # more than B(0) and B(1) read
     schedule = solve(OWN, 10, method="rotor")
-    assert schedule.peak <= 10  # the DP counts x_read_size for every copy: a bound
+    assert schedule.peak == 10 and schedule.plan == (Checkpoint(0, 1, (Layer(0),)), Layer(1))
 
 
 def _with_own_reads(draw, chain):
@@ -73,34 +73,25 @@ def _with_own_reads(draw, chain):
         options=dataclasses.replace(table, x_own_read_size=own))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.data())
-def test_own_reads_never_charge_more_and_the_dp_plans_within_its_budgets(data):
-    """Every persistent plan and option costs no more with the cut than without; Rotor's DP,
-    which counts ``x_read_size`` for every copy, keeps its least budget and its plans fit."""
-    union = data.draw(option_chains(read=True, rec=True))
+def test_the_dp_is_exact_with_own_reads(data):
+    """Rotor's DP and the min-peak DP, with a context for a copy on its own beside the one in
+    a tape, against every persistent plan and option under the simulator; no plan costs
+    more with the cut than without."""
+    union = data.draw(option_chains(read=True, rec=data.draw(st.booleans())))
     chain = _with_own_reads(data.draw, union)
-    plans = every_plan_cost(chain)
-    assert all(a[1] <= b[1] and a[0] == b[0] for a, b in zip(plans, every_plan_cost(union)))
-    least = rotor_min_budget(chain)
-    assert least == rotor_min_budget(union) >= min(peak for _, peak in plans)
-    top = int(max(peak for _, peak in plans)) + 1
-    table = RotorTable(chain, top, slots=top)
-    for budget in range(1, top + 1):
-        if budget < least:
-            with pytest.raises(InfeasibleBudget):
-                table.schedule(budget)
-            continue
-        schedule = table.schedule(budget)
-        assert schedule.peak <= budget
-        assert schedule.time >= min(time for time, peak in plans if peak <= budget)
+    assert all(a[1] <= b[1] and a[0] == b[0]
+               for a, b in zip(every_plan_cost(chain), every_plan_cost(union)))
+    check_exact(chain)
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_the_exhaustive_oracle_with_own_reads(data):
     """A* equals a plain Dijkstra over every op, option and drop with the cut, and is never
-    slower than Rotor's plan."""
+    slower than Rotor's plan; the ILP's lower bound (``solver.chain_time_bound``, which
+    counts the larger cut) stays below it."""
     chain = _with_own_reads(data.draw, data.draw(option_chains(max_layers=3, max_options=2,
                                                                read=True, rec=True)))
     top = int(max(peak for _, peak in every_plan_cost(chain))) + 1
@@ -112,6 +103,8 @@ def test_the_exhaustive_oracle_with_own_reads(data):
     if budget >= rotor_min_budget(chain):
         dp = RotorTable(chain, budget, slots=budget).schedule(budget)
         assert result is not None and result.time <= dp.time
+    best = np.inf if result is None else result.time
+    assert chain_time_bound(chain, budget).time <= best + 1e-9 * max(1.0, best if result else 1.0)
 
 
 def _norm(x, p):

@@ -125,9 +125,8 @@ class Chain:
         either ran ``F_ck`` / ``F_none`` (a checkpointed segment: its backward reads the
         output of its recomputation, a new copy) or stored its output outside its tape (its
         backward reads no output leaf). The copy inside ``tape[i-1]`` is cut to
-        ``x_read_size`` as before. :mod:`solver.chain.simulator` applies it; Rotor's dynamic
-        programs plan with ``x_read_size`` for every copy (a bound: they may count more than
-        a plan holds, never less), and each plan is costed by the simulator.
+        ``x_read_size`` as before. :mod:`solver.chain.simulator` and Rotor's dynamic programs
+        apply it (:func:`solver.chain.rotor.dp_contexts`).
       fwd_tape_tmp: ``L`` sizes or ``None`` (default): what ``F_all(i)`` peaks at beside its
         stored tape (and ``x[i]``) when ``g[i+1]`` is held, i.e. when only ``B(i)`` reads
         what it computes (Rotor's base case, the last layer of a recomputed segment). JAX
