@@ -120,3 +120,10 @@ def test_search_time_finds_the_same_options_both_ways_and_no_better_local_union(
     assert timed and len(timed) % 3 == 0  # each distinct layer, each base
     assert all("| yes |" in line for line in timed)  # the same options traced and split
     assert local and all(line.endswith("| 0.0% |") for line in local)
+
+
+@pytest.mark.slow  # a subprocess run of the random stacks benchmark
+def test_random_stacks_rows_are_exact_predictions():
+    out = _run("benchmarks/random_stacks.py", "--seeds", "7:8")  # 0.955 before x_own_read_size
+    assert "OVER" not in out
+    assert "checkpoint 1.0000 (5392/5392)" in out and "custom_vjp 1.0000 (5392/5392)" in out

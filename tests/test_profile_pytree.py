@@ -62,7 +62,7 @@ def test_x_read_size_is_the_part_of_the_input_the_backward_reads():
         assert predicted - 2 * leaf <= measured <= predicted, (plan_name, measured, predicted)
     # without the field every skip leaf is held until its backward: storing everything
     # peaks at B(2) with the three skips of x[0..2] more
-    whole = dataclasses.replace(chain, x_read_size=None, x_rec_size=None)
+    whole = dataclasses.replace(chain, x_read_size=None, x_rec_size=None, x_own_read_size=None)
     assert solver.make_schedule(whole, none_plan(3)).peak == solver.make_schedule(
         chain, none_plan(3)).peak + 3 * leaf
 

@@ -254,15 +254,14 @@ def _measured(layer: Callable, params: Any, x: Any, length: int,
 
 
 def _whole_inputs(chain: Chain) -> Chain:
-    """``chain`` with every backward reading all of its input (``Chain.x_read_size`` at its
-    default, for every option, and so ``Chain.x_rec_size``): a scan carries whole activations between its iterations, and
-    the segment replay (:mod:`jaxremat.scan.simulate`) records no inputs cut by ``F_all``, so
-    remat_scan plans conservatively, as before the field."""
+    """``chain`` with ``Chain.x_read_size``, ``x_rec_size`` and ``x_own_read_size`` at their
+    defaults (every option): a scan carries whole activations between iterations, and the
+    segment replay (:mod:`jaxremat.scan.simulate`) records no cut inputs: conservative."""
     chain = chain.with_full_forwards()  # the segment replay charges whole forwards
-    options = chain.options
-    if options is not None and options.x_read_size is not None:
-        options = dataclasses.replace(options, x_read_size=None)
-    return dataclasses.replace(chain, x_read_size=None, x_rec_size=None, options=options)
+    options = chain.options and dataclasses.replace(chain.options, x_read_size=None,
+                                                    x_own_read_size=None)
+    return dataclasses.replace(chain, x_read_size=None, x_rec_size=None, x_own_read_size=None,
+                               options=options)
 
 
 class RematScan:

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from .layer import LayerProfile
 
-__all__ = ["inputs_freed", "read_sizes", "rec_sizes"]
+__all__ = ["inputs_freed", "own_read_sizes", "read_sizes", "rec_sizes"]
 
 
 def _leaves_read(flags: Sequence[tuple[bool, ...]], count: int) -> list[bool]:
@@ -58,6 +58,24 @@ def read_sizes(profiles: Sequence[LayerProfile],
         else:
             reads = [max(r, total - t) for r, t in zip(reads, tapes)]
         result.append(reads)
+    return result
+
+
+def own_read_sizes(profiles: Sequence[LayerProfile], sizes: Sequence[Sequence[int]],
+                   reads: Sequence[Sequence[float]]) -> list[list[float]]:
+    """``x_own_read_size`` per layer and option (option 0 first): the bytes of the leaves of
+    ``x[i]`` that ``B(i)`` alone reads under the option, at least ``x_size[i]`` less the
+    option's tape and at most its ``reads`` entry (:func:`read_sizes`). ``F_all(i)`` cuts a
+    copy of ``x[i]`` stored on its own to it: ``B(i-1)`` reads its recomputed output, or
+    none (``solver.Chain.x_own_read_size``)."""
+    result = []
+    for profile, leaves, read in zip(profiles, sizes, reads):
+        flags = [profile.input_read] + [o.input_read for o in profile.options]
+        tapes = [profile.tape_bytes] + [o.tape_bytes for o in profile.options]
+        total = float(sum(leaves))
+        own = [float(sum(n for n, r in zip(leaves, _leaves_read([found], len(leaves))) if r))
+               for found in flags]
+        result.append([min(max(o, total - t), r) for o, t, r in zip(own, tapes, read)])
     return result
 
 

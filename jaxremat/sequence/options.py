@@ -170,9 +170,11 @@ def _dominates(a: OptionProfile, b: OptionProfile) -> bool:
 
 def with_options(chain: Chain, profiles: Sequence[LayerProfile],
                  reads: Sequence[Sequence[float]] | None = None,
-                 freed: Sequence[bool] | None = None) -> Chain:
+                 freed: Sequence[bool] | None = None,
+                 own: Sequence[Sequence[float]] | None = None) -> Chain:
     """``chain`` with the layers' options (``Chain.options``); unchanged when none has any.
-    ``reads[i][k]``: option ``k``'s ``x_read_size`` (default: the chain's); ``freed[i]``:
+    ``reads[i][k]``: option ``k``'s ``x_read_size`` (default: the chain's); ``own[i][k]``:
+    its ``x_own_read_size`` (default: the chain's, at most ``reads``); ``freed[i]``:
     whether layer ``i``'s options take ``bwd_tmp_freed`` (:func:`jaxremat.sequence.held.inputs_freed`;
     default none)."""
     if not any(p.options for p in profiles):
@@ -185,7 +187,8 @@ def with_options(chain: Chain, profiles: Sequence[LayerProfile],
                    **({} if o.fwd_tape_tmp is None or chain.fwd_tape_tmp is None
                       else {"fwd_tape_tmp": o.fwd_tape_tmp}),
                    output_in_tape=o.output_in_tape, name=o.name,
-                   x_read_size=chain.x_read_size[i] if reads is None else reads[i][k + 1])
+                   x_read_size=chain.x_read_size[i] if reads is None else reads[i][k + 1],
+                   **({} if own is None else {"x_own_read_size": own[i][k + 1]}))
               for k, o in enumerate(p.options)]
              for i, p in enumerate(profiles)]
     return chain.with_options(LayerOptions.from_columns(chain, extra))

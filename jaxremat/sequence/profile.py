@@ -24,6 +24,10 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   recompute from the input read all of it, so each option has its own; where layer ``i-1``
   reads its output, every option of layer ``i`` gets the largest (``solver.Chain`` asks it).
   The simulator then frees the rest of ``x[i]`` after ``F_all(i)`` (``solver.Chain.x_read_size``).
+  ``x_own_read_size[i]`` (per option): the leaves the pullback of layer ``i`` alone reads.
+  A copy of ``x[i]`` stored on its own (layer ``i-1`` checkpointed, whose backward reads
+  its recomputed output, or its output outside its tape) is cut to it
+  (``solver.Chain.x_own_read_size``).
 * ``x_rec_size[i]``: the bytes of the leaves of ``x[i]`` a recomputation from layer ``i``
   reads: those the tape-only forwards of layer ``i``'s options read and those computing
   the leaves of ``x[i+1]`` the next layer's recomputation reads (per output leaf, from the
@@ -104,6 +108,12 @@ so it is conservative where JAX frees memory earlier than the model says:
   its backward (pre-norm residual blocks), JAX frees it after layer ``i+1``'s forward; the
   chain held it until ``B(i+1)``. The GPT and MLP stacks of ``benchmarks/jax_memory.py`` went
   from 0.955-0.98 of the prediction to 1.000 with it (benchmarks/RESULTS.md, issue 17.5).
+* Fixed by ``x_own_read_size``: a checkpointed layer whose backward reads its output
+  (``tanh``) made the chain hold the next layer's input, the forward's copy, until that
+  layer's backward, where its own backward reads its recomputed copy: JAX frees the
+  forward's after the next layer's forward when that layer's backward does not read its
+  input (a pre-norm block). 15 of 100 random stacks (``tests/test_random_stacks.py``, each
+  backend) measured 0.955-0.995 of their prediction; with it, all 200 plans 1.000.
 * Fixed by ``x_rec_size``: a checkpoint ``x[i]`` was held whole until its segment is
   recomputed; JAX keeps only the leaves the recomputation reads (a pytree leaf that only
   the outputs need, ``skip`` of a ``{h, skip}`` stack). ``benchmarks/holdout_stack.py`` went
@@ -141,7 +151,7 @@ from ..trees import abstractify, check_layers, check_params, leaf_bytes, signatu
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
                     forward_costs, layer_costs, roofline_time)
 from .calibration import CostMeter, Uncalibrated, meter_for
-from .held import inputs_freed, read_sizes, rec_sizes
+from .held import inputs_freed, own_read_sizes, read_sizes, rec_sizes
 from .derive import deriving_tracer, recording_tracer, same_profile
 from .options import Tracer, layer_options, trace, with_options
 from .policies import OFFLOAD_POLICIES, check_policies
@@ -439,9 +449,11 @@ def profile_sequence(
                       else [p.fwd_tape_tmp for p in profiles]),
     )
     reads = read_sizes(profiles, sizes)
+    own = own_read_sizes(profiles, sizes, reads)
     chain = dataclasses.replace(chain, x_read_size=[r[0] for r in reads],
-                                x_rec_size=rec_sizes(profiles, sizes, reads))
-    chain = with_options(chain, profiles, reads, freed)
+                                x_rec_size=rec_sizes(profiles, sizes, reads),
+                                x_own_read_size=[r[0] for r in own])
+    chain = with_options(chain, profiles, reads, freed, own)
     return Profile(chain=chain, layers=tuple(profiles), costs=costs)
 
 

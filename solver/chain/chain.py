@@ -58,6 +58,12 @@ def _as_flags(values: Sequence[bool] | np.ndarray | None, length: int) -> np.nda
     return array
 
 
+def _first(mask: np.ndarray) -> tuple[int, int] | None:
+    """The first ``(layer, option)`` where ``mask`` holds, or ``None``."""
+    found = np.argwhere(mask)
+    return (int(found[0][0]), int(found[0][1])) if found.size else None
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Chain:
     """Costs of a chain of ``L`` layers (ALGORITHMS.md section 1).
@@ -112,6 +118,15 @@ class Chain:
         residuals, e.g. not the ``skip`` leaf of a ``{h, skip}`` activation that only
         outputs need). Unlike the ``x_read_size`` cut, a recomputation's forwards may read the
         cut ``x[i]``. :mod:`solver.chain.simulator` applies it.
+      x_own_read_size: ``L`` sizes (default ``x_read_size``): the bytes of ``x[i]`` that
+        ``B(i)`` alone reads, at most ``x_read_size[i]`` (per option:
+        ``LayerOptions.x_own_read_size``). ``F_all(i)`` cuts a copy of ``x[i]`` stored *on its
+        own* to it, not to ``x_read_size``: ``B(i-1)`` never reads that copy. Layer ``i-1``
+        either ran ``F_ck`` / ``F_none`` (a checkpointed segment: its backward reads the
+        output of its recomputation, a new copy) or stored its output outside its tape (its
+        backward reads no output leaf). The copy inside ``tape[i-1]`` is cut to
+        ``x_read_size`` as before. :mod:`solver.chain.simulator` and Rotor's dynamic programs
+        apply it (:func:`solver.chain.rotor.dp_contexts`).
       fwd_tape_tmp: ``L`` sizes or ``None`` (default): what ``F_all(i)`` peaks at beside its
         stored tape (and ``x[i]``) when ``g[i+1]`` is held, i.e. when only ``B(i)`` reads
         what it computes (Rotor's base case, the last layer of a recomputed segment). JAX
@@ -143,6 +158,7 @@ class Chain:
     x_read_size: np.ndarray | None = None
     x_rec_size: np.ndarray | None = None
     fwd_tape_tmp: np.ndarray | None = None
+    x_own_read_size: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         fwd = float_array(self.fwd_time, "Chain.fwd_time (one entry per layer)")
@@ -168,6 +184,8 @@ class Chain:
         }
         if self.fwd_tape_tmp is not None:
             fields["fwd_tape_tmp"] = (self.fwd_tape_tmp, length)
+        if self.x_own_read_size is not None:
+            fields["x_own_read_size"] = (self.x_own_read_size, length)
         for name, (values, n) in fields.items():
             object.__setattr__(self, name, _as_vector(name, values, n))
         object.__setattr__(self, "output_in_tape", _as_flags(self.output_in_tape, length))
@@ -225,18 +243,29 @@ class Chain:
         else:
             tapes, valid, inside = (self.options.xbar_size, self.options.valid,
                                     self.options.output_in_tape & self.options.valid)
-        wide = np.argwhere(valid & (free > tapes))
-        if wide.size:
-            i, k = (int(v) for v in wide[0])
+        wide = _first(valid & (free > tapes))
+        if wide is not None:
+            i, k = wide
             raise ValueError(
                 f"Chain.x_read_size[{i}] (option {k}) = {float(self.x_size[i] - free[i, k])!r} "
                 f"leaves {float(free[i, k])!r} of x[{i}] to free, more than layer {i}'s tape "
                 f"({float(tapes[i, k])!r}): raise x_read_size[{i}] to at least x_size[{i}] - "
                 f"{float(tapes[i, k])!r}."
             )
-        short = np.argwhere(valid & (free < self.x_rec_free[:, None]))
-        if short.size:
-            i, k = (int(v) for v in short[0])
+        own = self.option_x_own_free
+        bad = _first(valid & ((own < free) | (own > tapes)))
+        if bad is not None:
+            i, k = bad
+            raise ValueError(
+                f"Chain.x_own_read_size[{i}] (option {k}) = {float(self.x_size[i] - own[i, k])!r} "
+                f"must lie between x_size[{i}] less layer {i}'s tape "
+                f"({float(self.x_size[i] - tapes[i, k])!r}) and x_read_size[{i}] "
+                f"({float(self.x_size[i] - free[i, k])!r}): B({i}) alone reads part of what "
+                f"B({i}) and B({i - 1}) read."
+            )
+        short = _first(valid & (free < self.x_rec_free[:, None]))
+        if short is not None:
+            i, k = short
             raise ValueError(
                 f"Chain.x_rec_size[{i}] = {float(self.x_rec_size[i])!r} is smaller than what "
                 f"B({i}) reads of x[{i}] (option {k}: {float(self.x_size[i] - free[i, k])!r}): "
@@ -264,6 +293,24 @@ class Chain:
             free = np.where(self.options.valid, free, 0.0)
         free.setflags(write=False)
         return free
+
+    @functools.cached_property
+    def option_x_own_free(self) -> np.ndarray:
+        """``(L, K)``: the bytes of a copy of ``x[i]`` stored on its own that ``F_all(i)``
+        with option ``k`` frees: ``x_size[i]`` less ``Chain.options.x_own_read_size``, where
+        given, else less the option's ``x_read_size`` (column 0: the chain's
+        ``x_own_read_size``); :attr:`option_x_free` where neither is given."""
+        free = self.option_x_free
+        table = None if self.options is None else self.options.x_own_read_size
+        if table is not None:
+            result = np.where(self.options.valid, self.x_size[:-1, None] - table, 0.0)
+        elif self.x_own_read_size is not None:
+            result = free.copy()
+            result[:, 0] = self.x_size[:-1] - self.x_own_read_size
+        else:
+            return free
+        result.setflags(write=False)
+        return result
 
     @property
     def x_free(self) -> np.ndarray:
@@ -317,12 +364,13 @@ class Chain:
         """Whether every size is an integer (then the DP can run without rounding)."""
         sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp, self.x_read_size,
                  self.x_rec_size]
-        if self.fwd_tape_tmp is not None:
-            sizes.append(self.fwd_tape_tmp)
+        for extra in (self.fwd_tape_tmp, self.x_own_read_size):
+            if extra is not None:
+                sizes.append(extra)
         if self.options is not None:
             o = self.options
             sizes += [o.xbar_size.ravel(), o.fwd_tmp.ravel(), o.bwd_tmp.ravel()]
-            for extra in (o.x_read_size, o.fwd_tape_tmp):
+            for extra in (o.x_read_size, o.fwd_tape_tmp, o.x_own_read_size):
                 if extra is not None:
                     sizes.append(extra.ravel())
         sizes = np.concatenate(sizes)

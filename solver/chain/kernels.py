@@ -82,6 +82,11 @@ above ``M`` belong to memories no plan reaches (a subproblem's ``m`` is at most 
 its input), so the leaf is swept only up to ``M - b``. Without cuts (``crf`` all zero) the
 table has the one context 0 and ``rc = 0``: the kernels are those of Rotor's DP above.
 
+Copies on their own (``Chain.x_own_read_size``) double the contexts where their cut differs
+(:func:`solver.chain.rotor.dp_contexts`), so the kernels take routes: ``route[c] = (rc, cut)``
+(a leaf's body's context; ``b = crf[i]`` only where ``x[i]`` is not cut) and ``sub[i, k]``, the
+context of the chain option's sub-solve (0 above).
+
 There is no decision table: the row of best times is enough to recover a decision, by
 recomputing the options at the one ``(i, l, m)`` asked (:func:`decide`, :func:`decide_base`)
 in the same float32 arithmetic, chain options first in increasing ``k`` (ties favour storing
@@ -184,8 +189,8 @@ def chain_start(cw, cbw, cgone, cfree, ftmp, gbt, peak_rest, i, l, mnull, k):
 
 
 @njit(cache=True)
-def fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, lean_chain, lean_base, M, off,
-                mnull, mmin, sat, fneed):
+def fill_bounds(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, lean_chain, lean_base,
+                M, off, mnull, mmin, sat, fneed):
     """Integer part of the DP, for every pair ``(i, l)`` (row ``off[i] + l - i``) and context.
 
     ``mnull[row]``: Rotor's lower bound ``m∅ = cw[l+1] + max(cw[i+1] + ftmp[i],
@@ -227,17 +232,18 @@ def fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, lean_chain, le
             mnull[row] = mn
             rest = off[i + 1] + (l - i - 1)
             for c in range(C):
-                b = crf[i] if c == 0 else 0
+                b = crf[i] if route[c, 1] == 0 else 0
                 first, saturated = M + 1, M + 1
                 for k in range(K):
-                    start = chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, mmin[0, rest], i, l,
+                    q = sub[i, k]
+                    start = chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, mmin[q, rest], i, l,
                                         mn, k)
                     first = min(first, start)
                     if lean_chain[i, k]:
                         saturated = min(saturated,
-                                        max(start, cbw[i + 1, k] - cfree[c, i, k] + sat[0, rest]))
+                                        max(start, cbw[i + 1, k] - cfree[c, i, k] + sat[q, rest]))
                 for j in range(i + 1, l + 1):
-                    s = _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j)
+                    s = _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j, route[c, 0])
                     if s < first and s <= M - b:
                         first = s
                 mmin[c, row] = min(first, M + 1)
@@ -259,18 +265,17 @@ def _update(opt, c, row, ra, rc, rb, shift, b, s, e, prefix):
 
 
 @njit(cache=True, inline="always")
-def _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j):
+def _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j, rc):
     """First feasible ``m`` of the leaf option ``j`` of ``(i, l)``; ``b``: what its ``F_ck(i)``
     frees of ``x[i]`` (``crf[i]`` in context 0, else 0), from its ``F_none`` on. The leaf
-    exists for ``m <= M - b``."""
-    rc = mmin.shape[0] - 1
+    exists for ``m <= M - b``; ``rc``: the context of its body."""
     return max(max(mnull[off[i] + (l - i)],
                    cw[l + 1] + max(cw[i + 1] + ftmp[i, 0], fneed[i, j] - b)),
                max(cw[j] - b + mmin[0, off[j] + (l - j)], mmin[rc, off[i] + (j - 1 - i)] - b))
 
 
 @njit(cache=True, inline="always")
-def _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l, j0, j1):
+def _leaves(opt, cw, ftmp, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l, j0, j1):
     """Leaf options ``j0 <= j <= j1`` of the pair ``(i, l)``, ``i < l``, in context ``c``.
 
     Leaf ``j``: ``F_ck(i), F_none(i+1..j-1)``, solve ``(j, l)`` holding ``x[j]``, then solve
@@ -278,11 +283,11 @@ def _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l, j
     b][j][l] + Opt_rc[m + b][i][j-1]``, ``b = crf[i]`` in context 0 (else 0).
     """
     row = off[i] + (l - i)
-    rc = opt.shape[0] - 1
-    b = crf[i] if c == 0 else 0
+    rc = route[c, 0]
+    b = crf[i] if route[c, 1] == 0 else 0
     hi = min(M - b, sat[c, row] - 1)
     for j in range(j0, j1 + 1):
-        s = _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j)
+        s = _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j, rc)
         if s <= hi:
             _update(opt, c, row, off[j] + (l - j), rc, off[i] + (j - 1 - i), cw[j] - b, b, s, hi,
                     np.float32(cum[j] - cum[i]))
@@ -308,26 +313,26 @@ def _start_cell(opt, c, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, i, l):
 
 
 @njit(cache=True, inline="always")
-def _chain(opt, c, cw, cbw, cgone, cfree, ftmp, gbt, fw, bw, off, mnull, mmin, M, i, l):
+def _chain(opt, c, cw, cbw, cgone, cfree, sub, ftmp, gbt, fw, bw, off, mnull, mmin, M, i, l):
     """Chain options of ``(i, l)``, ``i < l``, in context ``c``: ``F_all(i)`` (option ``k``),
-    solve ``(i+1, l)`` (context 0), ``B(i)``."""
+    solve ``(i+1, l)`` (context ``sub[i, k]``), ``B(i)``."""
     row = off[i] + (l - i)
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
-        start = chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, mmin[0, rest], i, l, mnull[row],
-                            k)
+        start = chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, mmin[sub[i, k], rest], i, l,
+                            mnull[row], k)
         if start <= M:
             shift = cbw[i + 1, k] - cfree[c, i, k]
             value = np.float32(fw[i, k] + bw[i, k])
-            b = opt[0, rest, start - shift:M + 1 - shift]
+            b = opt[sub[i, k], rest, start - shift:M + 1 - shift]
             out = opt[c, row, start:M + 1]
             for m in range(M + 1 - start):
                 out[m] = _fmin32(value + b[m], out[m])
 
 
 @njit(cache=True)
-def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft, cum, M, off,
-                    mnull, mmin, sat, fneed, block, opt):
+def fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, fw, bw, ft, cum,
+                    M, off, mnull, mmin, sat, fneed, block, opt):
     """Fill Rotor's table ``opt[c, row(i, l), m]`` for every ``0 <= i <= l <= L``, ``m <= M``
     and context ``c`` (module docstring, "Checkpoints held in part").
 
@@ -338,7 +343,6 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft
     """
     n = fw.shape[0]
     C = opt.shape[0]
-    rc = C - 1
     nb = (n + block - 1) // block
     for ib in range(nb - 1, -1, -1):
         i_lo = ib * block
@@ -349,9 +353,9 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft
                 for c in range(C):
                     _start_cell(opt, c, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, i, l)
                     if i < l:
-                        _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                        _leaves(opt, cw, ftmp, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
                                 i + 1, l)
-                        _chain(opt, c, cw, cbw, cgone, cfree, ftmp, gbt, fw, bw, off, mnull, mmin,
+                        _chain(opt, c, cw, cbw, cgone, cfree, sub, ftmp, gbt, fw, bw, off, mnull, mmin,
                                M, i, l)
         for lb in range(ib + 1, nb):
             l_lo = lb * block
@@ -364,8 +368,9 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft
             # operand rows (j, l_lo..l_hi) and (i_lo..i_hi, j-1) are reused from cache.
             for j in range(i_hi + 1, l_lo + 1):
                 for c in range(C):
+                    rc = route[c, 0]
                     for i in range(i_lo, i_hi + 1):
-                        b = crf[i] if c == 0 else 0
+                        b = crf[i] if route[c, 1] == 0 else 0
                         shift = cw[j] - b
                         rb = off[i] + (j - 1 - i)
                         mb = mmin[rc, rb] - b
@@ -384,11 +389,11 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft
             for i in range(i_hi, i_lo - 1, -1):
                 for l in range(l_lo, l_hi + 1):
                     for c in range(C):
-                        _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                        _leaves(opt, cw, ftmp, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
                                 i + 1, i_hi)
-                        _leaves(opt, cw, ftmp, crf, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                        _leaves(opt, cw, ftmp, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
                                 l_lo + 1, l)
-                        _chain(opt, c, cw, cbw, cgone, cfree, ftmp, gbt, fw, bw, off, mnull, mmin,
+                        _chain(opt, c, cw, cbw, cgone, cfree, sub, ftmp, gbt, fw, bw, off, mnull, mmin,
                                M, i, l)
 
 
@@ -406,8 +411,8 @@ def decide_base(opt, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, c, i, m):
 
 
 @njit(cache=True)
-def decide(opt, cw, cbw, cgone, cfree, crf, ftmp, gbt, fw, bw, cum, off, mnull, mmin, fneed, M,
-           c, i, l, m):
+def decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, gbt, fw, bw, cum, off, mnull, mmin,
+           fneed, M, c, i, l, m):
     """The decision :func:`fill_time_table` took at ``(c, i, l, m)``, ``i < l``.
 
     Returns ``-k`` for the chain option with option ``k`` (0 for option 0), ``j > i`` for
@@ -418,18 +423,19 @@ def decide(opt, cw, cbw, cgone, cfree, crf, ftmp, gbt, fw, bw, cum, off, mnull, 
     row = off[i] + (l - i)
     if m < mmin[c, row] or m > M:
         return NO_DECISION
-    rc = opt.shape[0] - 1
+    rc = route[c, 0]
     best = opt[c, row, m]
     rest = off[i + 1] + (l - i - 1)
     for k in range(cbw.shape[1]):
-        if m >= chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, mmin[0, rest], i, l, mnull[row],
+        q = sub[i, k]
+        if m >= chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, mmin[q, rest], i, l, mnull[row],
                             k):
-            v = np.float32(fw[i, k] + bw[i, k]) + opt[0, rest, m - cbw[i + 1, k] + cfree[c, i, k]]
+            v = np.float32(fw[i, k] + bw[i, k]) + opt[q, rest, m - cbw[i + 1, k] + cfree[c, i, k]]
             if v == best:
                 return -k
-    b = crf[i] if c == 0 else 0
+    b = crf[i] if route[c, 1] == 0 else 0
     for j in range(i + 1, l + 1):
-        if m >= _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j) and m <= M - b:
+        if m >= _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j, rc) and m <= M - b:
             v = (np.float32(cum[j] - cum[i]) + opt[0, off[j] + (l - j), m - cw[j] + b]
                  + opt[rc, off[i] + (j - 1 - i), m + b])
             if v == best:
@@ -438,8 +444,8 @@ def decide(opt, cw, cbw, cgone, cfree, crf, ftmp, gbt, fw, bw, cum, off, mnull, 
 
 
 @njit(cache=True)
-def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft, cum, off,
-                    mnull, mmin, fneed, M, m0):
+def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, fw, bw, ft,
+                    cum, off, mnull, mmin, fneed, M, m0):
     """Decisions of the optimal plan for ``(0, L)`` at memory ``m0``, in replay order.
 
     Walks the plan depth first without recursion: along a spine ``(c, i, l, m)`` a chain
@@ -451,7 +457,6 @@ def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, b
     (last) means the table is inconsistent (a bug).
     """
     L = cw.shape[0] - 2
-    rc = opt.shape[0] - 1
     out = np.empty(max(16, 4 * L), dtype=np.int64)
     n_out = 0
     stack = np.empty((L + 2, 4), dtype=np.int64)
@@ -468,8 +473,8 @@ def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, b
         c = stack[top, 3]
         while i <= l:
             if i < l:
-                d = decide(opt, cw, cbw, cgone, cfree, crf, ftmp, gbt, fw, bw, cum, off, mnull,
-                           mmin, fneed, M, c, i, l, m)
+                d = decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, gbt, fw, bw, cum,
+                           off, mnull, mmin, fneed, M, c, i, l, m)
             elif l < L:
                 d = decide_base(opt, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, c, i, m)
             else:
@@ -486,10 +491,10 @@ def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, b
                 break
             if d <= 0:
                 m -= cbw[i + 1, -d] - cfree[c, i, -d]
+                c = sub[i, -d]
                 i += 1
-                c = 0
             else:
-                b = crf[i] if c == 0 else 0
+                b = crf[i] if route[c, 1] == 0 else 0
                 stack[top, 0] = d
                 stack[top, 1] = l
                 stack[top, 2] = m - cw[d] + b
@@ -497,5 +502,5 @@ def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, b
                 top += 1
                 l = d - 1
                 m += b
-                c = rc
+                c = route[c, 0]
     return out[:n_out]

@@ -26,6 +26,9 @@ of the same name means for the whole tape:
   bytes of ``x[i]`` that ``B(i)`` reads under option ``k`` (a policy that recomputes from
   the input reads all of it); ``F_all(i)`` with option ``k`` frees the rest
   (:class:`~solver.chain.chain.Chain`);
+- ``x_own_read_size`` (optional, default the option's ``x_read_size``, column 0 the
+  chain's ``x_own_read_size``): what ``B(i)`` alone reads under option ``k``, kept of a copy
+  of ``x[i]`` stored on its own (``Chain.x_own_read_size``);
 - ``valid``: which entries exist (``valid[:, 0]`` is all true); absent entries are stored
   as zeros (``output_in_tape`` true) and never read;
 - ``names``: per layer, ``K`` names (``""`` where absent), ``names[i][0] == "everything"``
@@ -51,7 +54,7 @@ MAX_OPTIONS = 256  # options per layer; the simulator packs a tape's option in 8
 
 FLOAT_FIELDS = ("xbar_size", "fwd_time", "fwd_tape_time", "bwd_time", "fwd_tmp", "bwd_tmp")
 _OPTIONAL = {"fwd_time", "fwd_tape_time", "fwd_tmp", "bwd_tmp", "output_in_tape", "name",
-             "x_read_size", "fwd_tape_tmp"}
+             "x_read_size", "fwd_tape_tmp", "x_own_read_size"}
 _KEYS = set(FLOAT_FIELDS) | _OPTIONAL
 
 SIGNED_FIELDS = frozenset({"bwd_tmp"})
@@ -100,6 +103,7 @@ class ChainFields(Protocol):
     output_in_tape: np.ndarray
     x_read_size: np.ndarray
     fwd_tape_tmp: np.ndarray | None
+    x_own_read_size: np.ndarray | None
 
 
 def _matrix(name: str, values: Any, shape: tuple[int, int], valid: np.ndarray) -> np.ndarray:
@@ -152,6 +156,7 @@ class LayerOptions:
     names: tuple[tuple[str, ...], ...] | None = None
     x_read_size: np.ndarray | None = None
     fwd_tape_tmp: np.ndarray | None = None
+    x_own_read_size: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         first = float_array(self.xbar_size, "LayerOptions.xbar_size")
@@ -173,7 +178,7 @@ class LayerOptions:
         object.__setattr__(self, "valid", valid)
         for name in FLOAT_FIELDS:
             object.__setattr__(self, name, _matrix(name, getattr(self, name), shape, valid))
-        for name in ("x_read_size", "fwd_tape_tmp"):
+        for name in ("x_read_size", "fwd_tape_tmp", "x_own_read_size"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _matrix(name, getattr(self, name), shape, valid))
         inside = _flags("output_in_tape", self.output_in_tape, shape) | ~valid
@@ -245,6 +250,9 @@ class LayerOptions:
         inside = np.ones((L, K), dtype=bool)
         valid = np.zeros((L, K), dtype=bool)
         read = np.zeros((L, K))
+        own_read = np.zeros((L, K))  # x_own_read_size
+        chain_own = chain.x_read_size if chain.x_own_read_size is None else \
+            chain.x_own_read_size
         base = np.zeros((L, K))  # fwd_tape_tmp
         own_base = base_forward_tmp(chain)[:, 0]
         names = [["everything"] + [""] * (K - 1) for _ in range(L)]
@@ -270,6 +278,8 @@ class LayerOptions:
                 inside[i, k] = bool(option.get("output_in_tape", own["output_in_tape"][i]))
                 read[i, k] = option.get("x_read_size", chain.x_read_size[i]) if k else \
                     chain.x_read_size[i]
+                own_read[i, k] = option.get("x_own_read_size", read[i, k]) if k else \
+                    chain_own[i]
                 base[i, k] = own_base[i] if not k else option.get("fwd_tape_tmp", full_forward_tmp(
                     arrays["fwd_tmp"][i, k], bool(inside[i, k]), float(chain.x_size[i + 1])))
                 valid[i, k] = True
@@ -277,11 +287,14 @@ class LayerOptions:
                     names[i][k] = str(option.get("name", f"option {k}"))
         same = bool(np.all(read[valid] == np.broadcast_to(chain.x_read_size[:, None],
                                                           read.shape)[valid]))
+        own_same = bool(np.all((own_read == read)[:, 1:][valid[:, 1:]]))  # column 0: the chain's
         given = chain.fwd_tape_tmp is not None or any("fwd_tape_tmp" in o for row in extra
                                                        for o in row)
         return cls(output_in_tape=inside, valid=valid, names=tuple(map(tuple, names)),
                    x_read_size=None if same else np.where(valid, read, 0.0),
-                   fwd_tape_tmp=np.where(valid, base, 0.0) if given else None, **arrays)
+                   fwd_tape_tmp=np.where(valid, base, 0.0) if given else None,
+                   x_own_read_size=None if own_same else np.where(valid, own_read, 0.0),
+                   **arrays)
 
     @classmethod
     def of_chain(cls, chain: ChainFields) -> "LayerOptions":
@@ -318,6 +331,16 @@ class LayerOptions:
                     f"differs from the chain's x_read_size[{i}] = {float(chain.x_read_size[i])!r}: "
                     "option 0 is the chain's own whole tape."
                 )
+        if self.x_own_read_size is not None:
+            own = chain.x_read_size if chain.x_own_read_size is None else chain.x_own_read_size
+            bad = np.flatnonzero(self.x_own_read_size[:, 0] != own)
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(
+                    f"Chain.options.x_own_read_size[{i}, 0] = "
+                    f"{float(self.x_own_read_size[i, 0])!r} differs from the chain's "
+                    f"{float(own[i])!r}: option 0 is the chain's own whole tape."
+                )
         own, column = _own_base(chain), base_forward_tmp(chain, self)[:, 0]
         bad = np.flatnonzero(own != column)
         if bad.size:
@@ -338,7 +361,7 @@ class LayerOptions:
             )
 
     def _key(self) -> tuple:
-        optional = ("x_read_size", "fwd_tape_tmp")
+        optional = ("x_read_size", "fwd_tape_tmp", "x_own_read_size")
         return tuple(getattr(self, f.name).tobytes() for f in dataclasses.fields(self)
                      if f.name not in ("names",) + optional) + (
             self.valid.shape, self.names) + tuple(

@@ -17,8 +17,8 @@ __all__ = ["fill_min_peak"]
 
 
 @njit(cache=True)
-def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft, peak, time,
-                  choice):
+def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, fw, bw, ft, peak,
+                  time, choice):
     """Exact minimum peak ``P_c[i][l]`` over persistent schedules of ``(i, l)`` (float64), in
     each context ``c`` (0: ``x[i]`` whole; ``rc``, the last: ``x[i]`` cut by ``F_ck(i)``,
     :mod:`solver.chain.kernels`).
@@ -35,7 +35,6 @@ def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft, 
     (chain, or the base case's option) or ``j`` (leaf). O(L^3 + L^2 K) time per context.
     """
     C = peak.shape[0]
-    rc = C - 1
     L = peak.shape[1] - 1
     K = cbw.shape[1]
     lower = not (cfree[0] > 0).any()  # m∅ only without cut inputs (solver.chain.kernels)
@@ -57,12 +56,14 @@ def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft, 
         for l in range(i + 1, L + 1):
             mnull = cw[l + 1] + mx if lower else 0.0
             for c in range(C):
-                b = crf[i] if c == 0 else 0.0
+                rc = route[c, 0]
+                b = crf[i] if route[c, 1] == 0 else 0.0
                 best, best_time, arg = np.inf, np.inf, 0
                 for k in range(K):
-                    v = chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, peak[0, i + 1, l], i, l,
+                    q = sub[i, k]
+                    v = chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, peak[q, i + 1, l], i, l,
                                     mnull, k)
-                    t = fw[i, k] + bw[i, k] + time[0, i + 1, l]
+                    t = fw[i, k] + bw[i, k] + time[q, i + 1, l]
                     if v < best or (v == best and t < best_time):
                         best, best_time, arg = v, t, -k
                 prefix = 0.0

@@ -66,7 +66,9 @@ sub-solve, the root) or already cut (a checkpoint's body until its first op): th
 option gives its sub-solves the bytes its ``F_ck(i)`` freed, and the body's ``F_all(i)``
 frees only the rest (:mod:`solver.chain.kernels`, "Checkpoints held in part"; the min-peak
 kernel likewise). Exact against every plan (tests/test_rotor.py, tests/test_options.py);
-without cuts the table has one context and is the DP above.
+without cuts the table has one context and is the DP above. Copies on their own
+(``Chain.x_own_read_size``) double the contexts where their cut differs from that of the copy
+inside a tape (:func:`dp_contexts`); exact against every plan too (tests/test_own_reads.py).
 
 Memory is discretised: a table built for ``max_budget`` with ``slots`` slots has unit
 ``max_budget / slots`` and sizes rounded **up** to units, so every schedule it returns fits
@@ -118,6 +120,8 @@ class _Padded:
     cout: np.ndarray  # (L + 2, K): x_size[i+1] where option k's output is outside its tape
     cgone: np.ndarray  # (L + 2, K): cout, or cfree[i+1, 0] where the output is in the tape
     cfree: np.ndarray  # (L + 1, K): what F_all(i) with option k frees of x[i] (loss: 0)
+    cown: np.ndarray  # (L + 1, K): the same of a copy of x[i] stored on its own
+    inside: np.ndarray  # (L + 1, K) bool: option k of layer i reads its output (in its tape)
     crf: np.ndarray  # L + 2: what F_ck(i) frees of x[i] (Chain.x_rec_free; 0 past L - 1)
     ftmp: np.ndarray  # (L + 1, K)
     tft: np.ndarray  # (L + 1, K): the base case's forward: the stored tape and fwd_tape_tmp
@@ -154,6 +158,8 @@ def _padded(chain: Chain) -> _Padded:
         cout=rows(x_out, True, 0.0),
         cgone=rows(gone, True, 0.0),
         cfree=cfree,
+        cown=rows(chain.option_x_own_free, False, 0.0),
+        inside=np.vstack([table.output_in_tape & table.valid, np.zeros((1, table.width), bool)]),
         crf=crf,
         ftmp=rows(table.fwd_tmp, False, np.inf),
         tft=rows(table.xbar_size - x_out + base_forward_tmp(chain), False, np.inf),
@@ -166,19 +172,32 @@ def _padded(chain: Chain) -> _Padded:
     )
 
 
-def context_frees(cfree: np.ndarray, crf: np.ndarray) -> np.ndarray:
-    """``(C, L + 1, K)``: what ``F_all(i)`` with option ``k`` frees of ``x[i]`` in each
-    context of the DP (:mod:`solver.chain.kernels`): 0, ``x[i]`` whole (``cfree``); and,
-    only where some ``F_ck`` cuts its input (``crf > 0``), 1, ``x[i]`` already cut to what a
-    recomputation reads (``cfree - crf``, what is left to free)."""
-    if not (crf > 0).any():
-        return cfree[None]
-    return np.stack([cfree, np.maximum(cfree - crf[:cfree.shape[0], None], 0.0)])
+def dp_contexts(p: _Padded) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(frees, route, sub)``: the DP's contexts (:mod:`solver.chain.kernels`). ``frees[c, i,
+    k]``: what ``F_all(i)`` with option ``k`` frees of ``x[i]`` in context ``c``. Context 0:
+    ``x[i]`` whole, a copy on its own (``cown``: the root, a leaf's ``(j, l)``); where some
+    ``F_ck`` cuts its input (``crf > 0``), a cut context (``x[i]`` cut to what a
+    recomputation reads: what is left to free) after each whole one; where the cut of a copy
+    on its own differs (``Chain.x_own_read_size``), the same again for ``x[i]`` inside
+    ``tape[i-1]`` (``cfree``). ``route[c]``: ``(context of a leaf's body, whether c is
+    cut)``; ``sub[i, k]``: the context of the chain option's ``(i+1, l)`` with option ``k``
+    (inside the tape where that option reads its output)."""
+    groups = [p.cown] + ([p.cfree] if (p.cown != p.cfree).any() else [])
+    cuts = 2 if (p.crf > 0).any() else 1
+    frees, route = [], []
+    for g, free in enumerate(groups):
+        frees.append(free)
+        route.append((g * cuts + cuts - 1, 0))
+        if cuts == 2:
+            frees.append(np.maximum(free - p.crf[:free.shape[0], None], 0.0))
+            route.append((g * cuts + 1, 1))
+    sub = np.where(p.inside, cuts, 0) if len(groups) == 2 else np.zeros(p.inside.shape)
+    return np.stack(frees), np.array(route, dtype=np.int64), sub.astype(np.int64)
 
 
 def plan_from_decisions(length: int, decide: Callable[..., int],
                         base: Callable[..., int] | None = None, *,
-                        contexts: bool = False) -> Plan:
+                        contexts: tuple[np.ndarray, np.ndarray] | None = None) -> Plan:
     """Build the nested plan of ``(0, L)`` from DP decisions, without recursion.
 
     ``decide(i, l)`` gives the decision for the subproblem ``(i, l)``, ``i < l``: ``-k``
@@ -190,13 +209,13 @@ def plan_from_decisions(length: int, decide: Callable[..., int],
     that ends a spine is ``Layer(l, k)`` with ``-k = base(l)`` (option 0 without ``base``),
     asked when it is met, or nothing for the loss (``l == L``).
 
-    With ``contexts=True`` the callbacks also get the subproblem's context
-    (:mod:`solver.chain.kernels`): 1 for a checkpoint's body until its first decision
-    (``x[i]`` cut by ``F_ck(i)``), else 0: ``decide(i, l, c)`` and ``base(l, c)``.
+    With ``contexts=(route, sub)`` (:func:`dp_contexts`) the callbacks also get the
+    subproblem's context (:mod:`solver.chain.kernels`): ``decide(i, l, c)`` and ``base(l, c)``.
     """
     # Each frame: [i, l, items, checkpoint_start, checkpoint_stop, context] of one spine.
     root: list = [0, length, [], -1, -1, 0]
-    ask = (lambda f, *a: f(*a)) if contexts else (lambda f, *a: f(*a[:-1]))
+    ask = (lambda f, *a: f(*a)) if contexts is not None else (lambda f, *a: f(*a[:-1]))
+    route, sub = contexts if contexts is not None else (np.zeros((1, 2), np.int64), None)
     stack = [root]
     result: Plan | None = None
     while stack:
@@ -205,14 +224,15 @@ def plan_from_decisions(length: int, decide: Callable[..., int],
         while frame[0] < frame[1]:
             i, l = frame[0], frame[1]
             d = int(ask(decide, i, l, frame[5]))
-            frame[5] = 0
             if d <= 0:
                 frame[2].append(Layer(i, -d))
                 frame[0] = i + 1
+                frame[5] = 0 if sub is None else int(sub[i, -d])
             elif i < d <= l:
                 frame[3], frame[4] = i, d
                 frame[0] = d
-                stack.append([i, d - 1, [], -1, -1, 1])
+                stack.append([i, d - 1, [], -1, -1, int(route[frame[5], 0])])
+                frame[5] = 0
                 descended = True
                 break
             else:
@@ -250,18 +270,19 @@ def _schedule(chain: Chain, plan: Plan) -> Schedule:
 
 
 @functools.lru_cache(maxsize=8)
-def _min_peak(chain: Chain) -> tuple[float, np.ndarray]:
-    """``(min_budget, choice)``: exact least peak of persistent schedules and its decisions."""
+def _min_peak(chain: Chain) -> tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``(min_budget, (choice, route, sub))``: exact least peak of persistent schedules, its
+    decisions per context and the contexts' routes (:func:`dp_contexts`)."""
     p = _padded(chain)
     n = chain.length + 1
-    frees = context_frees(p.cfree, p.crf)
+    frees, route, sub = dp_contexts(p)
     shape = (frees.shape[0], n, n)
     peak = np.empty(shape, dtype=np.float64)
     time = np.empty(shape, dtype=np.float64)
     choice = np.empty(shape, dtype=np.int64)
-    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, frees, p.crf, p.ftmp, p.gbt, p.tft, p.fw, p.bw,
-                  p.ft, peak, time, choice)
-    return float(p.cw[0] + peak[0, 0, chain.length]), choice
+    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, frees, p.crf, route, sub, p.ftmp, p.gbt, p.tft,
+                  p.fw, p.bw, p.ft, peak, time, choice)
+    return float(p.cw[0] + peak[0, 0, chain.length]), (choice, route, sub)
 
 
 def rotor_min_budget(chain: Chain) -> float:
@@ -280,10 +301,9 @@ def min_peak_schedule(chain: Chain) -> Schedule:
     result is not always the fastest minimum-peak schedule), so use it where nothing else
     fits.
     """
-    _, choice = _min_peak(chain)
-    rc = choice.shape[0] - 1
-    plan = plan_from_decisions(chain.length, lambda i, l, c: choice[min(c, rc), i, l],
-                               lambda l, c: choice[min(c, rc), l, l], contexts=True)
+    _, (choice, route, sub) = _min_peak(chain)
+    plan = plan_from_decisions(chain.length, lambda i, l, c: choice[c, i, l],
+                               lambda l, c: choice[c, l, l], contexts=(route, sub))
     return _schedule(chain, plan)
 
 
@@ -340,7 +360,8 @@ class RotorTable:
         cout = cbw - _to_units(p.cbw - p.cout, unit, cap)
         # What F_all(i) frees of x[i] is rounded down (never over-credited); so is what the
         # chain option's B(i) no longer holds of tape[i].
-        cfree = np.floor(context_frees(p.cfree, p.crf) / unit).astype(np.int64)
+        frees, route, sub = dp_contexts(p)
+        cfree = np.floor(frees / unit).astype(np.int64)
         crf = np.floor(p.crf / unit).astype(np.int64)  # what F_ck frees, rounded down too
         cgone = np.where(p.cout > 0, cout, np.floor(p.cgone / unit)).astype(np.int64)
         # Times in float32, scaled by a power of two (exact) so that the largest op time is
@@ -359,13 +380,14 @@ class RotorTable:
         mmin = np.empty((contexts, pairs), dtype=np.int64)
         sat = np.empty((contexts, pairs), dtype=np.int64)
         fneed = np.zeros((n, n + 1), dtype=np.int64)
-        kernels.fill_bounds(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, p.lean_chain,
-                            p.lean_base, capacity, off, mnull, mmin, sat, fneed)
+        kernels.fill_bounds(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft,
+                            p.lean_chain, p.lean_base, capacity, off, mnull, mmin, sat, fneed)
         opt = np.empty((contexts, pairs, capacity + 1), dtype=np.float32)
-        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, crf, ftmp, gbt, tft, fw, bw, ft, cum,
-                                capacity, off, mnull, mmin, sat, fneed,
+        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, fw,
+                                bw, ft, cum, capacity, off, mnull, mmin, sat, fneed,
                                 kernels.block_size(capacity), opt)
-        arrays = dict(cw=cw, cbw=cbw, cout=cout, cgone=cgone, cfree=cfree, crf=crf, ftmp=ftmp,
+        arrays = dict(cw=cw, cbw=cbw, cout=cout, cgone=cgone, cfree=cfree, crf=crf, route=route,
+                      sub=sub, ftmp=ftmp,
                       gbt=gbt, tft=tft,
                       fw=fw, bw=bw, ft=ft, cum=cum, off=off, mnull=mnull, mmin=mmin, fneed=fneed, opt=opt,
                       scale=scale)
@@ -411,7 +433,7 @@ class RotorTable:
         if m < a["mmin"][0, row]:
             return None
         decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["cgone"],
-                                            a["cfree"], a["crf"], a["ftmp"],
+                                            a["cfree"], a["crf"], a["route"], a["sub"], a["ftmp"],
                                             a["gbt"], a["tft"], a["fw"], a["bw"], a["ft"], a["cum"],
                                             a["off"], a["mnull"], a["mmin"], a["fneed"],
                                             self.capacity, m)

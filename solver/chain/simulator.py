@@ -51,7 +51,9 @@ bytes (``k`` the option of that ``F_all``): the
 copy stored on its own if there is one, else the one inside ``tape[i-1]``. A cut ``x[i]``
 serves ``B(i)`` but no forward, and is freed as ``x_size[i]`` less those bytes (its tape
 as ``tape_size[i-1]`` less them). In a plan nothing but ``B(i)`` reads ``x[i]`` after
-``F_all(i)``, so every plan stays valid.
+``F_all(i)``, so every plan stays valid. A copy stored on its own is cut further, to what
+``B(i)`` alone reads (``Chain.option_x_own_free``): ``B(i-1)`` reads ``x[i]`` only from
+``tape[i-1]`` (after ``F_ck(i-1)`` from its recomputation's), never that copy.
 
 Checkpoints held in part (``Chain.x_rec_size``): once ``F_ck(i)`` has run, ``x[i]`` is cut
 to the part a recomputation reads, freeing ``x_rec_free[i]`` bytes (the same copy as
@@ -102,7 +104,8 @@ class MemoryState:
     on its own if stored, else the one in ``tape[k-1]``); ``cut_options`` packs the option
     of that ``F_all`` like ``tape_options`` (what it freed: ``Chain.option_x_free``). Bit
     ``k`` of ``rec`` says ``F_ck(k)`` cut ``x[k]`` to what a recomputation reads
-    (``Chain.x_rec_free``).
+    (``Chain.x_rec_free``); bit ``k`` of ``own`` that the copy ``F_all(k)`` cut was stored on
+    its own, so cut to what ``B(k)`` alone reads (``Chain.option_x_own_free``).
     """
 
     x: int
@@ -113,11 +116,13 @@ class MemoryState:
     cut: int = 0
     cut_options: int = 0
     rec: int = 0
+    own: int = 0
 
     def cut_size(self, chain: Chain, k: int) -> float:
         """Bytes freed of ``x[k]``: by ``F_all(k)`` if it cut it, else by ``F_ck(k)``, else 0."""
         if self.cut >> k & 1:
-            return float(chain.option_x_free[k, self.cut_options >> (8 * k) & 0xFF])
+            freed = chain.option_x_own_free if self.own >> k & 1 else chain.option_x_free
+            return float(freed[k, self.cut_options >> (8 * k) & 0xFF])
         if self.rec >> k & 1:
             return float(chain.x_rec_free[k])
         return 0.0
@@ -186,7 +191,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
     elif not 0 <= i < L:
         raise ValueError(f"Op {op!r}: layer index out of range 0..{L - 1}.")
     x, tape, g, mem, options = state.x, state.tape, state.g, state.memory, state.tape_options
-    cut, cuts, rec = state.cut, state.cut_options, state.rec
+    cut, cuts, rec, own = state.cut, state.cut_options, state.rec, state.own
     xs, flags = chain.x_size, _flags(chain)
 
     if kind in (OpKind.F_ALL, OpKind.F_CK, OpKind.F_NONE):
@@ -217,13 +222,16 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
             # with B(i) next: the tape-only forward's peak (by default the output, computed
             # and dropped, and fwd_tmp: solver.chain.options.base_forward_tmp)
             peak = mem + (cost.fwd_tape_tmp if last_use else cost.fwd_tmp)
-            freed = chain.option_x_free[i, k]
-            if freed > 0:  # only B(i) reads x[i] from here on
+            alone = bool(x >> i & 1)  # a copy on its own: B(i-1) never reads it
+            freed = (chain.option_x_own_free if alone else chain.option_x_free)[i, k]
+            if freed > 0:  # only B(i) (and B(i-1), from tape[i-1]) reads x[i] from here on
                 mem -= freed - state.cut_size(chain, i)
                 cut |= 1 << i
                 cuts = cuts & ~(0xFF << 8 * i) | k << 8 * i
+                own = own | 1 << i if alone else own & ~(1 << i)
                 rec &= ~(1 << i)
-            return MemoryState(x, tape | 1 << i, g, mem, options, cut, cuts, rec), peak, time
+            return (MemoryState(x, tape | 1 << i, g, mem, options, cut, cuts, rec, own & cut),
+                    peak, time)
         if x >> (i + 1) & 1 or cut >> (i + 1) & 1 or rec >> (i + 1) & 1:
             raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
         mem += xs[i + 1]
@@ -241,7 +249,8 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
         elif chain.x_rec_free[i] > 0 and not rec >> i & 1:  # only a recomputation reads x[i]
             rec |= 1 << i
             mem -= chain.x_rec_free[i]
-        return MemoryState(x, tape, g, mem, options, cut, cuts, rec), peak, chain.fwd_time[i]
+        return (MemoryState(x, tape, g, mem, options, cut, cuts, rec, own & cut), peak,
+                chain.fwd_time[i])
 
     if kind is OpKind.LOSS:
         if not state.has_x(L, flags):
@@ -254,7 +263,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
         if x >> L & 1:
             x &= ~(1 << L)
             mem -= xs[L]
-        return MemoryState(x, tape, g, mem, options, cut, cuts, rec), peak, 0.0
+        return MemoryState(x, tape, g, mem, options, cut, cuts, rec, own & cut), peak, 0.0
 
     # Backward B(i).
     missing = [
@@ -283,7 +292,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
         mem -= xs[i] - state.cut_size(chain, i)
         cut &= ~(1 << i)
         rec &= ~(1 << i)
-    return (MemoryState(x, tape, g, mem, options, cut, _kept(cuts, cut), rec), peak,
+    return (MemoryState(x, tape, g, mem, options, cut, _kept(cuts, cut), rec, own & cut), peak,
             cost.bwd_time)
 
 
@@ -330,7 +339,8 @@ def drop(chain: Chain, state: MemoryState, value: tuple[str, int]) -> MemoryStat
     fields[name] = mask & ~(1 << k)
     options = state.tape_options & ~(0xFF << 8 * k) if name == "tape" else state.tape_options
     return MemoryState(memory=state.memory - size, tape_options=options, cut=cut,
-                       cut_options=_kept(state.cut_options, cut), rec=rec, **fields)
+                       cut_options=_kept(state.cut_options, cut), rec=rec,
+                       own=state.own & cut, **fields)
 
 
 def memory_trace(chain: Chain, ops: Iterable[Op]) -> list[tuple[Op, float, float]]:

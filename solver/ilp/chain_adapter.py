@@ -95,7 +95,7 @@ def check_tapeless(chain: Chain) -> None:
         reasons.append("backwards that do not read their outputs (output_in_tape false)")
     if (chain.fwd_tape_time != chain.fwd_time).any():
         reasons.append("tape-only forwards cheaper than the forwards (fwd_tape_time)")
-    if chain.x_free.any():
+    if chain.option_x_own_free.any():  # at least x_free
         reasons.append("inputs that backwards read in part (x_read_size < x_size)")
     if reasons:
         raise ValueError(

@@ -58,7 +58,8 @@ before ``g[i+1]`` exists (its ``fwd_time``), else ``F*(i)`` and another forward
 ``H_i`` is what layer ``i`` stores from ``loss*`` to ``B*(i)`` (its tape, if ``F*(i)`` ran
 before) and to ``B*(i+1)`` (``X*(i+1)``, if produced before; inside that tape if the option
 keeps its output there). A copy of ``x[m]`` counts ``x_size[m]`` less its largest possible
-cut (``Chain.x_read_size``, ``x_rec_size``): what ``F_all(m)`` with ``k_m`` frees if layer
+cut (``Chain.x_read_size``, ``x_rec_size``; ``x_own_read_size``, the larger cut of a copy
+on its own, so that the bound never counts more): what ``F_all(m)`` with ``k_m`` frees if layer
 ``m`` is simple (its only forward), else the most any forward of layer ``m`` frees. A tape
 that does not hold its output is never cut (the simulator cuts the copy on its own then).
 The dependence of ``H_i`` on layer ``i+1``'s case is linearised with continuous variables
@@ -134,7 +135,7 @@ class ChainBound:
 def _max_cut(chain: Chain) -> np.ndarray:
     """``(L + 1,)``: the most bytes any forward may cut from a copy of ``x[m]`` (0 for ``x[L]``)."""
     cut = np.zeros(chain.length + 1)
-    cut[:-1] = np.maximum(chain.option_x_free.max(axis=1), chain.x_rec_free)
+    cut[:-1] = np.maximum(chain.option_x_own_free.max(axis=1), chain.x_rec_free)
     return np.minimum(cut, chain.x_size)
 
 
@@ -185,7 +186,7 @@ class _Columns:
                 for case, more in extra.items():
                     if case in (2, 4) and i == L - 1:
                         continue  # X*(L) is read by loss*: produced before it
-                    cut = chain.option_x_free[i, k] if case == 0 else max_cut[i]
+                    cut = chain.option_x_own_free[i, k] if case == 0 else max_cut[i]
                     rows.append((i, k, case, c.bwd_time + more, c.tape_size, c.output_in_tape,
                                  c.bwd_tmp, cut, case <= 2, case in (0, 1, 3), c.fwd_time, t))
         fields = [np.array(column) for column in zip(*rows)]
