@@ -16,9 +16,8 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
   "Checkpoints held in part"); the chain option's sub-solve gets ``m - cbw[i+1, k] +
   cfree[c, i, k]``; ``crf[p]``: what ``F_ck(i)`` frees of ``x[i]`` (``Chain.x_rec_free``),
 - ``cgone[p, k]``: what the chain option's ``B(i)`` no longer holds of ``tape[i]``:
-  ``cout[i+1, k]``, or ``cfree[i+1, 0]`` where the output is in the tape (``Chain`` makes
-  it the same for every option of layer ``i+1`` then) (the sub-solve's
-  ``F_all(i+1)`` cut that copy of ``x[i+1]``),
+  ``cout[i+1, k]``, or ``cfree[i+1, 0]`` where the output is in the tape (the same for
+  every option of layer ``i+1`` then; the sub-solve's ``F_all(i+1)`` cut that copy),
 - ``ftmp``, ``fw``, ``bw`` (``(L+1, K)``, the loss's row 0): ``F_all(i)``'s transient, the
   times of ``F_all(i)`` / ``B(i)`` with option ``k``; ``gbt``: what ``B(i)`` adds, ``cw[i] +
   bwd_tmp[i, k]``, rounded as one size (``bwd_tmp`` may be negative, the sum is not); ``tft``:
@@ -26,8 +25,7 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
 - ``ft`` (``(L+1, K)``): ``fwd_tape_time``, the cost of ``F_all(i)`` in the base case
   ``(i, i)``, where ``g[i+1]`` is held and ``B(i)`` follows at once (only the tape is
   computed); everywhere else ``F_all`` costs ``fw``,
-- an option a layer lacks has ``cbw``, ``ftmp``, ``gbt`` and ``tft`` equal to ``M + 1`` (clipped
-  sizes), so it is never feasible,
+- an option a layer lacks has ``cbw``, ``ftmp``, ``gbt``, ``tft`` equal to ``M + 1`` (never feasible),
 - ``F_ck`` and ``F_none`` run the layer without a tape and cost column 0: ``cum``, float64
   prefix sums of ``fw[:, 0]`` (the recomputation cost of the leaf option ``j`` is
   ``float32(cum[j] - cum[i])``, the same bits everywhere), and ``fneed[i, j]``, the memory
@@ -38,8 +36,8 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
   least time the layer can cost in a chain option / in the base case (see Saturation).
 
 The table of the time DP is triangular: the pair ``(i, l)`` with ``i <= l`` owns row
-``off[i] + l - i`` of a ``(pairs, M + 1)`` float32 array per context (below) whose last, contiguous axis is the
-memory ``m``. So the inner loop of the leaf option is a contiguous, vectorisable sweep over
+``off[i] + l - i`` of a ``(pairs, M + 1)`` float32 array per context (below), whose last,
+contiguous axis is the memory ``m``. So the inner loop of the leaf option is a contiguous, vectorisable sweep over
 ``m``, and the table needs ``4 (L+1)(L+2)/2 (M+1)`` bytes. Options only multiply the chain
 option and the base case, ``O(L^2 K M)``, by ``K``; the leaves, ``O(L^3 M)``, are as before.
 
