@@ -4,6 +4,7 @@ import heapq
 import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from solver import (
     BASELINE_METHODS,
     Chain,
     InfeasibleBudget,
+    LayerOptions,
     OpKind,
     apply_op,
     baseline_schedule,
@@ -172,3 +174,25 @@ def test_beats_persistent_schedules_on_the_unit_chain():
     solve = pytest.importorskip("solver.solve").solve
     assert solve(UNIT, 5, method="rotor", slots=5).time == 8.0
     assert exhaustive_optimum(UNIT, 5) == 7.0
+
+
+def test_a_checkpointing_forward_that_only_cuts_its_input_is_tried():
+    """``F_ck(1)`` after ``B(2)`` computes only ``x[2]``, which nobody reads, but cuts
+    ``x[1]`` to what its recomputation reads (``x_rec_size``), so that ``F_all(1)`` with
+    option 1 fits: the only schedule of time 0 here (a hypothesis draw of
+    ``test_options.py``; the search skipped that move and found 1.0)."""
+    a = np.array
+    options = LayerOptions(
+        xbar_size=a([[9., 5.], [2., 3.], [6., 0.]]), fwd_time=np.zeros((3, 2)),
+        fwd_tape_time=np.zeros((3, 2)), bwd_time=a([[0., 1.], [0., 0.], [0., 0.]]),
+        fwd_tmp=a([[3., 0.], [0., 3.], [0., 0.]]), bwd_tmp=a([[0., 0.], [1., 0.], [2., 0.]]),
+        output_in_tape=a([[False, True], [True, False], [False, True]]),
+        valid=a([[True, True], [True, True], [True, False]]),
+        names=(("everything", "option 1"),) * 2 + (("everything", ""),),
+        x_read_size=a([[1., 0.], [3., 3.], [0., 0.]]))
+    chain = Chain(fwd_time=np.zeros(3), bwd_time=np.zeros(3), x_size=a([1., 5., 2., 3.]),
+                  xbar_size=a([9., 2., 6.]), fwd_tmp=a([3., 0., 0.]), bwd_tmp=a([0., 1., 2.]),
+                  output_in_tape=a([False, True, False]), fwd_tape_time=np.zeros(3),
+                  options=options, x_read_size=a([1., 3., 0.]), x_rec_size=a([1., 3., 0.]))
+    assert unpruned_optimum(chain, 17) == 0.0
+    assert exhaustive_search(chain, 17).time == 0.0

@@ -27,7 +27,9 @@ move by one that is never worse, so some optimal sequence survives):
 - useless values are freed at once: once ``g[j]`` is the live gradient, only
   ``B(j-1) .. B(0)`` remain, so ``x[k]`` on its own and ``tape[k]`` for ``k >= j`` are never
   read again; dropping them only lowers memory. Forward ops that produce only such values
-  are not tried (their effect is a drop plus wasted time).
+  are not tried (their effect is a drop plus wasted time), except ``F_ck(j-1)`` where it
+  cuts ``x[j-1]`` to what its recomputation reads (``Chain.x_rec_size``), which no drop
+  does (a hypothesis draw found a schedule that needs it).
 - ``x[0]`` is never freed before ``B(0)``: it cannot be recomputed, so nothing finishes
   after that (the search skips such states).
 
@@ -130,6 +132,7 @@ class _Search:
     def __init__(self, chain: Chain, budget: float) -> None:
         self.chain, self.budget, self.L = chain, budget, chain.length
         self.inside = chain.output_in_tape if chain.options is None else chain.options.output_in_tape
+        self.ck_cuts = chain.x_rec_free > 0  # F_ck(i) also cuts x[i] (Chain.x_rec_size)
         self.options = [[k for k in range(len(counts)) if counts[k]] for counts in
                         (np.ones((chain.length, 1), bool) if chain.options is None
                          else chain.options.valid)]
@@ -196,6 +199,8 @@ class _Search:
                 if i + 1 < j:
                     yield (OpKind.F_CK, i)
                     yield (OpKind.F_NONE, i)
+                elif i + 1 == j and self.ck_cuts[i]:
+                    yield (OpKind.F_CK, i)  # for its cut of x[i]: its x[j] is dropped at once
         if j > L and state.has_x(L, self.inside):
             yield (OpKind.LOSS, L)
         if 0 < j <= L:
