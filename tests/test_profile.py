@@ -444,3 +444,29 @@ def test_flop_costs_plan_the_least_recomputed_flops():
             loss = lambda p, x: jnp.sum(run(p, x))  # noqa: E731
             measured[name] = jaxpr_costs(jax.value_and_grad(loss), params, x)["flops"]
         assert measured["rotor"] <= measured[method] * 1.01, (method, measured)
+
+
+def test_key_bytes_are_counted_only_by_plans_that_wrap_a_layer():
+    """``solve_plan(key_bytes=)`` (Linen's RNG keys held by recomputed segments): the plain
+    sequence at its own peak is still planned without remat and without the keys; a
+    tighter budget gets a plan whose peak with the keys fits; the least budget named for a
+    budget too small includes them."""
+    from jaxremat.sequence.plan import recomputes, solve_plan
+
+    layers = [_dense] * 4
+    params = [{"w": _array(i, (16, 16)), "b": _array(i + 9, (16,))} for i in range(4)]
+    profile = profile_sequence(layers, params, _array(20, (8, 16)), policies=())
+    settings = dict(method="rotor", slots=500, backend="checkpoint")
+    plain = solve_plan(profile, "100%", **settings, key_bytes=64)
+    assert not recomputes(plain.schedule.plan) and plain.predicted_peak == plain.no_remat_peak
+    with pytest.raises(solver.InfeasibleBudget) as error:
+        solve_plan(profile, 1, **settings)
+    least = error.value.min_budget
+    with pytest.raises(solver.InfeasibleBudget) as error:
+        solve_plan(profile, 1, **settings, key_bytes=64)
+    assert error.value.min_budget == least + 64
+    tight = solve_plan(profile, int(least) + 64, **settings, key_bytes=64)
+    assert recomputes(tight.schedule.plan)
+    assert tight.predicted_peak == tight.schedule.peak + 64 <= tight.budget
+    with pytest.raises(solver.InfeasibleBudget):
+        solve_plan(profile, int(least) + 63, **settings, key_bytes=64)

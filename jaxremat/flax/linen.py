@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
+import numpy as np
 
 from ..sequence.apply import apply_plan
 from ..sequence.plan import Plan, check_settings
@@ -172,7 +173,24 @@ class RematSequential(nn.Module):
         activation = tuple(args)  # the first layer is called f(*args), as Sequential does
         return plan_pure_layers(keys, fns, variables, activation, budget=self.budget,
                                 method=self.method, slots=self.slots, costs=self.costs,
-                                backend="nn.remat", policies=self.policies)
+                                backend="nn.remat", policies=self.policies,
+                                key_bytes=self._key_bytes())
+
+    def _key_bytes(self) -> int:
+        """Bytes of the RNG keys this call was given (one per stream).
+
+        ``nn.remat`` passes a stream's key into each checkpointed segment that draws from
+        it, so a recomputed ``nn.Dropout`` keeps the key alive until its backward, where the
+        plain run drops it after the forward (the layers' profile, with keys made inside the
+        layer, does not see it): :func:`jaxremat.sequence.plan.solve_plan` counts it.
+        """
+        total = 0
+        for lazy in (getattr(self.scope, "rngs", None) or {}).values():
+            rng = getattr(lazy, "rng", lazy)
+            if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
+                rng = jax.eval_shape(jax.random.key_data, rng)
+            total += int(np.prod(rng.shape)) * rng.dtype.itemsize
+        return total
 
     def __call__(self, *args: Any) -> Any:
         """Run the layers on ``args`` under the budget (plainly while initializing)."""

@@ -134,6 +134,7 @@ def plan_pure_layers(
     costs: str,
     backend: str,
     policies: Any = None,
+    key_bytes: int = 0,
 ) -> Plan:
     """Profile pure layers ``fns[i](params[i], x)`` and solve them under ``budget``.
 
@@ -145,7 +146,8 @@ def plan_pure_layers(
     ``params``: an ensemble batches only the params) the layers
     are profiled per example and the budget still means the whole batch; the input's
     gradient is planned for only when ``activation`` is being differentiated
-    (:mod:`jaxremat.trace_state`).
+    (:mod:`jaxremat.trace_state`). ``key_bytes``: RNG key bytes a recomputed layer keeps
+    alive (:func:`jaxremat.sequence.plan.solve_plan`).
     """
     check_budget(budget)
     batch = vmap_batch_size((params, activation))  # an ensemble batches the params only
@@ -154,7 +156,7 @@ def plan_pure_layers(
     abstract_x = abstractify(activation, "the sequence input")
     menu = check_policies(policies)
     profile_key = (keys, signature(abstract_params), signature(abstract_x), costs, input_grad, menu)
-    plan_key = (profile_key, batch, budget, method, slots)
+    plan_key = (profile_key, batch, budget, method, slots, key_bytes)
     plan = _plans.get(plan_key)
     if plan is not None:
         return plan
@@ -169,7 +171,7 @@ def plan_pure_layers(
             _profiles.put(profile_key, profile)
         plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend,
                           batch_size=batch, input_grad=input_grad,
-                          input_shapes=leaf_shapes(abstract_x))
+                          input_shapes=leaf_shapes(abstract_x), key_bytes=key_bytes)
         _plans.put(plan_key, plan)
     return plan
 

@@ -95,6 +95,10 @@ class Plan:
       scope: what the budget covers when a wrapper says so (``remat_blocks``: the blocks or
         the whole training step, :class:`jaxremat.flax.model_scope.ScopeNote`); printed by
         :meth:`report`.
+      key_bytes: bytes of RNG keys that a recomputed layer keeps alive until its backward
+        (Linen's lifted ``nn.remat`` passes the call's RNG keys into the segments that draw
+        from them; :func:`solve_plan`). Counted in :attr:`predicted_peak` when the plan
+        recomputes anything.
     """
 
     chain: Chain
@@ -107,13 +111,15 @@ class Plan:
     batch_size: int = 1
     input_grad: bool = True
     scope: Any = None
+    key_bytes: int = 0
 
     @property
     def predicted_peak(self) -> float:
         """Predicted peak bytes of a training step through the sequence (input ``x``,
-        stored activations and tapes, gradients, transients; not parameters or their
-        gradients), for the whole batch."""
-        return float(self.schedule.peak) * self.batch_size
+        stored activations and tapes, gradients, transients, the RNG keys recomputed layers
+        hold; not parameters or their gradients), for the whole batch."""
+        held = self.key_bytes if recomputes(self.schedule.plan) else 0
+        return float(self.schedule.peak) * self.batch_size + held
 
     @property
     def predicted_time(self) -> float:
@@ -318,6 +324,12 @@ def check_settings(method: str, costs: str, slots: int) -> None:
         )
 
 
+def recomputes(plan: Sequence[Any]) -> bool:
+    """Whether a plan wraps any layer in ``jax.checkpoint``: a recomputed segment, or a tape
+    saved under a policy (option > 0)."""
+    return any(isinstance(item, Checkpoint) or item.option for item in plan)
+
+
 def solve_plan(
     profile: Profile,
     budget: int | float | str,
@@ -328,6 +340,7 @@ def solve_plan(
     batch_size: int = 1,
     input_grad: bool = True,
     input_shapes: Sequence[Sequence[int]] = (),
+    key_bytes: int = 0,
 ) -> Plan:
     """Solve a profiled sequence under ``budget`` and bundle the result as a :class:`Plan`.
 
@@ -336,7 +349,11 @@ def solve_plan(
     per example, so the solver gets ``budget / batch_size``. ``input_shapes`` (the shapes of
     the sequence's input leaves) let an infeasible share budget say that the batch is empty.
     ``slots`` is the discretisation at 200 layers: a shorter chain gets finer units for the
-    same table work (:func:`solver.scaled_slots`).
+    same table work (:func:`solver.scaled_slots`). ``key_bytes``: RNG key bytes that stay
+    alive until the backward of any layer the plan wraps in a checkpoint (Linen's lifted
+    remat, :mod:`jaxremat.flax.linen`), where the plain run frees them after the forward: a
+    plan that wraps a layer and does not fit with them is solved again under the budget
+    less them.
 
     Raises:
       solver.InfeasibleBudget: nothing fits; the message gives the smallest budget in bytes
@@ -349,20 +366,34 @@ def solve_plan(
     no_remat = make_schedule(chain, tuple(Layer(i) for i in range(chain.length))).peak
     budget_bytes = resolve_budget(budget, no_remat * batch_size)
     aliases = [option_aliases(p.dropped) for p in profile.layers]
-    try:
-        schedule = solver.solve(chain, budget_bytes / batch_size, method=method,
-                                slots=solver.scaled_slots(chain.length, slots), aliases=aliases)
+
+    def solve(limit: float) -> tuple[Chain, Schedule]:
+        solved = chain
+        schedule = solver.solve(solved, limit, method=method,
+                                slots=solver.scaled_slots(solved.length, slots), aliases=aliases)
         if backend == "checkpoint" and max(map(nesting_depth, schedule.plan), default=0) \
-                > MAX_NESTING and chain is not chain.with_full_forwards():
-            chain = chain.with_full_forwards()  # applied flat (jaxremat.sequence.flat_apply)
-            schedule = solver.solve(chain, budget_bytes / batch_size, method=method,
-                                    slots=solver.scaled_slots(chain.length, slots),
+                > MAX_NESTING and solved is not solved.with_full_forwards():
+            solved = solved.with_full_forwards()  # applied flat (jaxremat.sequence.flat_apply)
+            schedule = solver.solve(solved, limit, method=method,
+                                    slots=solver.scaled_slots(solved.length, slots),
                                     aliases=aliases)
+        return solved, schedule
+
+    held = 0.0
+    try:
+        solved, schedule = solve(budget_bytes / batch_size)
+        if key_bytes and recomputes(schedule.plan) \
+                and schedule.peak * batch_size + key_bytes > budget_bytes:
+            held = key_bytes
+            solved, schedule = solve((budget_bytes - held) / batch_size)
     except solver.InfeasibleBudget as error:
+        least = error.min_budget * batch_size
+        if key_bytes:  # the least plan recomputes unless it is the plain sequence's
+            least = min(least + key_bytes, max(least, no_remat * batch_size))
         raise solver.InfeasibleBudget(
-            budget_bytes, error.min_budget * batch_size, method, units="bytes",
+            budget_bytes, least, method, units="bytes",
             hint=empty_input_hint(budget, input_shapes),
         ) from None
-    return Plan(chain=chain, schedule=schedule, budget=budget_bytes, method=method,
+    return Plan(chain=solved, schedule=schedule, budget=budget_bytes, method=method,
                 backend=backend, costs=profile.costs, layers=profile.layers,
-                batch_size=batch_size, input_grad=input_grad)
+                batch_size=batch_size, input_grad=input_grad, key_bytes=key_bytes)
