@@ -396,6 +396,25 @@ def test_two_layer_segments_are_unrolled(sizes, scans):
     assert measured < scanned if sizes[-1] <= 2 else measured == scanned
 
 
+@pytest.mark.parametrize("unroll", [0, 2])
+def test_loop_bodies_count_the_scans_of_the_gradient(unroll):
+    """``loop_bodies`` (``ScanPlan.loop_bodies``, in the plan's report: the loops XLA compiles
+    a body for) equals the scans of the gradient's jaxpr on every member of two levels or
+    less of 7 layers (remainders) and 8 (reshaped tops), inner runs scanned or unrolled."""
+    from jaxremat.scan.members import loop_bodies
+    from jaxremat.scan.remat import _run
+
+    for L in (7, 8):
+        params, x = scale_stack(L, D=4, B=2)
+        for member in family(L, 2):
+            loss = lambda p, h: jnp.sum(_run(scale_layer, member.sizes, p, h, L, unroll=unroll))
+            scans = _scans(jax.make_jaxpr(jax.grad(loss))(params, x).jaxpr)
+            assert loop_bodies(member, L, unroll) == scans, member
+    plan = jaxremat.remat_scan(scale_layer, "100%", policies=(), unroll=unroll).plan(params, x)
+    assert plan.loop_bodies == loop_bodies(plan.member, 8, unroll)
+    assert f"{plan.loop_bodies} loops in the gradient" in plan.report()
+
+
 def deep_layer(p, h):  # 70 equations (7 per step): "auto" scans its runs
     for _ in range(10):
         h = h + 0.1 * jnp.tanh(h * p["a"] + p["b"])

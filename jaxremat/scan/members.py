@@ -13,7 +13,8 @@ import solver
 from solver import Checkpoint, Layer
 
 __all__ = ["UNROLL", "UNROLL_MAX_EQUATIONS", "auto_unroll", "check_unroll", "NestedScan",
-           "pieces", "runs", "inner_sizes", "reshaped", "skeleton", "body_items", "solver_plan", "family"]
+           "pieces", "runs", "inner_sizes", "reshaped", "skeleton", "body_items", "solver_plan", "family",
+           "loop_bodies"]
 
 
 UNROLL = 2
@@ -175,6 +176,43 @@ def solver_plan(member: NestedScan, length: int) -> solver.Plan:
     """The ``solver.Plan`` of the unrolled chain of ``length`` layers that ``member``'s
     nested scans run (same checkpoints, same recomputations, same order)."""
     return tuple(_plan(skeleton(0, length, member.sizes, member.option)))
+
+
+def loop_bodies(member: NestedScan, length: int, unroll: int = UNROLL) -> int:
+    """The number of loops (``lax.scan`` bodies, nested ones included) in the gradient of
+    ``member``'s program on ``length`` layers, inner runs of at most ``unroll`` layers
+    unrolled (:func:`jaxremat.scan.remat._run`): what XLA compiles a loop body for, each
+    with its per-leaf slicing and stacking. 2 for the plain scan and ``jax.checkpoint`` per
+    layer (forward, backward), 5 for segments whose layers run as an inner scan.
+
+    Counted from the items' primal loops ``P`` and gradient loops ``G`` (linearized
+    forward and transpose): a scan of stored layers has ``P = 1, G = 2`` (unrolled: none); a
+    checkpointed piece with body ``b`` runs ``b``'s primal in the forward and ``b``'s
+    gradient when recomputed, ``P = P(b), G = P(b) + G(b)``; equal pieces as one scan add
+    a loop to each, ``P = 1 + P(b), G = 2 + P(b) + G(b)``. Equals the scans of the
+    gradient's jaxpr on every member (tests/test_scan.py); XLA inlines those of one
+    iteration (a remainder of one layer scanned with ``unroll=0``)."""
+
+    def run(n: int, sizes: tuple[int, ...], top: bool) -> tuple[int, int]:
+        while sizes and sizes[0] >= n:
+            sizes = sizes[1:]
+        if not sizes:
+            return (0, 0) if not top and n <= unroll else (1, 2)
+        if top and reshaped(n, sizes):
+            if sizes[0] == 1:  # jax.checkpoint per layer: the segment is the layer
+                return 1, 2
+            p, g = run(sizes[0], sizes[1:], False)
+            return 1 + p, 2 + p + g
+        parts = pieces(n, sizes[0])
+        primal = gradient = 0
+        for size, count in runs(parts[:-1]):
+            p, g = run(size, sizes[1:], False)
+            scan = count > 1
+            primal, gradient = primal + scan + p, gradient + 2 * scan + p + g
+        p, g = run(parts[-1], sizes[1:], False)
+        return primal + p, gradient + g
+
+    return run(length, member.sizes, True)[1]
 
 
 def family(length: int, max_levels: int, options: int = 1) -> Iterator[NestedScan]:

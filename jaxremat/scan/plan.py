@@ -14,7 +14,7 @@ from solver import Chain, Schedule, format_bytes, format_plan
 
 from ..sequence.layer import LayerProfile
 from .family import loop_margin, member_schedule
-from .members import NestedScan, pieces, reshaped
+from .members import NestedScan, loop_bodies, pieces, reshaped
 
 __all__ = ["ScanPlan", "option_policies"]
 
@@ -83,6 +83,14 @@ class ScanPlan:
             self.layer.options[self.member.option - 1].name
 
     @property
+    def loop_bodies(self) -> int:
+        """Loops in the gradient's program (:func:`jaxremat.scan.members.loop_bodies`): 2
+        for the plain scan and ``jax.checkpoint`` per layer, more for nested scans. XLA
+        compiles each body with its own slicing and stacking of every parameter leaf, so
+        on a small layer compile time grows with it (benchmarks/RESULTS.md)."""
+        return loop_bodies(self.member, self.length, self.unroll)
+
+    @property
     def predicted_peak(self) -> float:
         """Predicted peak bytes of the step through the stack (the budget's quantity): the
         simulated peak of the unrolled chain plus the member's loop margin."""
@@ -147,7 +155,8 @@ class ScanPlan:
                                        else ""),
             f"  budget          {format_bytes(self.budget)} ({self.budget} bytes)",
             f"  nested scans    {self.member}" + (f" (inner runs of <= {self.unroll} layers "
-                                                      f"unrolled)" if self.unroll else ""),
+                                                      f"unrolled)" if self.unroll else "")
+            + f"; {self.loop_bodies} loops in the gradient (the plain scan: 2)",
         ] + [f"    {line}" for line in self.levels()] + [
             f"  predicted peak  {format_bytes(self.predicted_peak)} "
             f"({self.predicted_peak / self.budget:.0%} of budget, of which loop margin "
