@@ -11,11 +11,11 @@ share the wrapper cannot fit must raise ``solver.InfeasibleBudget``; its ``min_b
 then trained with.
 
 The measured memory is not checked here: about 40 random models (``.fuzz``, branch
-``fuzz3``) measured over their plan's budget in two ways, each kept as a strict ``xfail``
-below until it is fixed: a recomputed segment holding a Dropout layer keeps the ``dropout``
-stream's key (8 bytes), which the layers' profile (placeholder keys) does not count; and a
-checkpointed Flax ``LayerNorm`` block holds 96 B more than its profile predicts
-(tests/test_edge_inputs.py, the same with ``remat_sequence``).
+``fuzz3``) measured over their plan's budget in two ways: a recomputed segment holding a
+Dropout layer keeps the ``dropout`` stream's key (8 bytes), which the layers' profile
+(placeholder keys) does not count, kept as a strict ``xfail`` below until it is fixed; and
+a checkpointed Flax ``LayerNorm`` block held 96 B more than its profile predicted, fixed by
+``solver.Chain.fwd_ck_tmp`` (tests/test_edge_inputs.py, the same with ``remat_sequence``).
 """
 
 from __future__ import annotations
