@@ -36,7 +36,7 @@ def fill_bounds(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tf
     L = cw.shape[0] - 2
     K = cbw.shape[1]
     C = cfree.shape[0]
-    lower = not (cfree[0] > 0).any()  # m∅ bounds nothing once F_all cuts inputs (module docstring)
+    lower = not (cfree[0] > 0).any()  # m∅ bounds nothing once F_all cuts inputs (kernels)
     ftmin = np.empty(L + 1, dtype=np.int64)
     for p in range(L + 1):
         ftmin[p] = fck[p]

@@ -63,9 +63,9 @@ Three facts keep it fast.
   once per tile and reused ``block`` times from cache, instead of streaming the whole table
   from memory for every cell (the DP is memory-bound otherwise).
 
-Rotor's lower bound ``m∅`` (:func:`solver.chain.bounds.fill_bounds`) assumes ``x[i]`` is held whole while the
-forwards of ``(i, l)`` run; once ``F_all(i)`` cuts it (``cfree > 0``) a later forward may
-need less, so then ``m∅`` is 0: every option's start already checks each of its ops
+Rotor's lower bound ``m∅`` (:func:`solver.chain.bounds.fill_bounds`) assumes ``x[i]`` is held
+whole while the forwards of ``(i, l)`` run; once ``F_all(i)`` cuts it (``cfree > 0``) a later
+forward may need less, so then ``m∅`` is 0: every option's start already checks each of its ops
 (``F_all``, ``B``, the forwards of a leaf, the sub-solves), so the bound only prunes.
 
 Checkpoints held in part (``Chain.x_rec_size``): ``F_ck(i)`` cuts ``x[i]`` to what a
@@ -265,15 +265,15 @@ def _chain(opt, c, cw, cbw, cgone, cfree, sub, ftmp, gbt, fw, bw, off, mnull, mm
 
 
 @njit(cache=True)
-def fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tft, fw, bw, ft, cum,
-                    M, off, mnull, mmin, sat, fneed, block, opt):
+def fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tft, fw, bw, ft,
+                    cum, M, off, mnull, mmin, sat, fneed, block, opt):
     """Fill Rotor's table ``opt[c, row(i, l), m]`` for every ``0 <= i <= l <= L``, ``m <= M``
     and context ``c`` (module docstring, "Checkpoints held in part").
 
     ``opt`` is float32 ``(C, pairs, M + 1)``; infeasible cells hold ``inf``. Needs the bounds
-    of :func:`solver.chain.bounds.fill_bounds`. Recurrence: ALGORITHMS.md section 2 (Rotor, arXiv:1911.13214,
-    section 4) with the chain-option correction of :func:`chain_start` and one chain option
-    per layer option; tiles of ``block x block`` pairs, see the module docstring.
+    of :func:`solver.chain.bounds.fill_bounds`. Recurrence: ALGORITHMS.md section 2 (Rotor,
+    arXiv:1911.13214, section 4) with the chain-option correction of :func:`chain_start` and
+    one chain option per layer option; tiles of ``block x block`` pairs, see the module docstring.
     """
     n = fw.shape[0]
     C = opt.shape[0]
@@ -345,8 +345,8 @@ def decide_base(opt, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, c, i, m):
 
 
 @njit(cache=True)
-def decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, fck, gbt, fw, bw, cum, off, mnull, mmin,
-           fneed, M, c, i, l, m):
+def decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, fck, gbt, fw, bw, cum, off, mnull,
+           mmin, fneed, M, c, i, l, m):
     """The decision :func:`fill_time_table` took at ``(c, i, l, m)``, ``i < l``.
 
     Returns ``-k`` for the chain option with option ``k`` (0 for option 0), ``j > i`` for
@@ -378,8 +378,8 @@ def decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, fck, gbt, fw, bw, 
 
 
 @njit(cache=True)
-def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tft, fw, bw, ft,
-                    cum, off, mnull, mmin, fneed, M, m0):
+def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tft, fw,
+                    bw, ft, cum, off, mnull, mmin, fneed, M, m0):
     """Decisions of the optimal plan for ``(0, L)`` at memory ``m0``, in replay order.
 
     Walks the plan depth first without recursion: along a spine ``(c, i, l, m)`` a chain

@@ -55,13 +55,14 @@ costs (column 0), so the leaf options are unchanged except for one term: ``m∅`
 layer's least transient over its forwards (it must bound every one from below), and each
 leaf ``j`` checks the memory of its own forwards ``F_ck(i), F_none(i+1..j-1)`` with their
 own transient (``fck``, :mod:`solver.chain.kernels`; implied by ``m∅`` without options).
+The DP remains exact among persistent plans, now with an option per ``Layer``
+(tests/test_options.py checks it against every plan and option of small chains). Without
+options ``K = 1`` and every number is as before.
 
 Forwards without tape (``Chain.fwd_ck_tmp``): ``F_ck`` and ``F_none`` peak at the plain
 forward's transient ``Chain.ck_tmp`` above ``x[i] + x[i+1]``, not ``fwd_tmp``; the leaf
 options and ``m∅`` charge it in both DPs (``fck``), and nothing else runs those forwards, so
-both stay exact for the simulator (tests/test_rotor.py, tests/test_options.py draw it). The DP remains exact among persistent plans, now with an option per ``Layer``
-(tests/test_options.py checks it against every plan and option of small chains). Without
-options ``K = 1`` and every number is as before.
+both stay exact for the simulator (tests/test_ck_tmp.py draws it, with and without options).
 
 Checkpoints held in part (``Chain.x_rec_size``, :mod:`solver.chain.simulator`): once
 ``F_ck(i)`` has run, ``x[i]`` holds only what a recomputation reads. Each subproblem ``(i,
@@ -287,8 +288,8 @@ def _min_peak(chain: Chain) -> tuple[float, tuple[np.ndarray, np.ndarray, np.nda
     peak = np.empty(shape, dtype=np.float64)
     time = np.empty(shape, dtype=np.float64)
     choice = np.empty(shape, dtype=np.int64)
-    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, frees, p.crf, route, sub, p.ftmp, p.fck, p.gbt, p.tft,
-                  p.fw, p.bw, p.ft, peak, time, choice)
+    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, frees, p.crf, route, sub, p.ftmp, p.fck, p.gbt,
+                  p.tft, p.fw, p.bw, p.ft, peak, time, choice)
     return float(p.cw[0] + peak[0, 0, chain.length]), (choice, route, sub)
 
 
@@ -390,8 +391,8 @@ class RotorTable:
         fill_bounds(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tft,
                             p.lean_chain, p.lean_base, capacity, off, mnull, mmin, sat, fneed)
         opt = np.empty((contexts, pairs, capacity + 1), dtype=np.float32)
-        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tft, fw,
-                                bw, ft, cum, capacity, off, mnull, mmin, sat, fneed,
+        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt,
+                                tft, fw, bw, ft, cum, capacity, off, mnull, mmin, sat, fneed,
                                 kernels.block_size(capacity), opt)
         arrays = dict(cw=cw, cbw=cbw, cout=cout, cgone=cgone, cfree=cfree, crf=crf, route=route,
                       sub=sub, ftmp=ftmp, fck=fck,
@@ -441,7 +442,8 @@ class RotorTable:
             return None
         decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["cgone"],
                                             a["cfree"], a["crf"], a["route"], a["sub"], a["ftmp"],
-                                            a["fck"], a["gbt"], a["tft"], a["fw"], a["bw"], a["ft"], a["cum"],
+                                            a["fck"], a["gbt"], a["tft"], a["fw"], a["bw"],
+                                            a["ft"], a["cum"],
                                             a["off"], a["mnull"], a["mmin"], a["fneed"],
                                             self.capacity, m)
         if decisions.size and decisions.min() == kernels.NO_DECISION:

@@ -1,7 +1,7 @@
 """Checkmate's ILP on a tapeless chain, as simulator steps: ``solve(method="ilp")``.
 
-A :class:`~solver.chain.chain.Chain` with ``xbar_size == x_size[1:]`` and zero ``fwd_tmp`` (and ``fwd_ck_tmp``) /
-``bwd_tmp`` is exactly the model of :func:`TrainingGraph.from_chain
+A :class:`~solver.chain.chain.Chain` with ``xbar_size == x_size[1:]`` and zero ``fwd_tmp``
+(and ``fwd_ck_tmp``) / ``bwd_tmp`` is exactly the model of :func:`TrainingGraph.from_chain
 <solver.ilp.training_graph.TrainingGraph.from_chain>`: ids ``0 .. L`` are ``x[0] .. x[L]``, id
 ``L+1`` the loss vertex (size and cost 0), id ``L+2`` its backward ``B_loss`` (outputs
 ``g[L]``, cost 0) and id ``2L+3-k`` the backward of ``x[k]`` (Rotor's ``B(k-1)``, outputs
