@@ -15,7 +15,8 @@ from jaxremat.sequence.profile import profile_cache, profile_sequence
 TOLERANCE = 5e-3  # measured worst on these layers and benchmarks/policies.py's: 2.8e-3
 
 NUMBERS = ("fwd_time", "bwd_time", "fwd_tape_time", "fwd_flops", "bwd_flops", "fwd_tape_flops")
-EXACT = ("tape_bytes", "fwd_tmp", "bwd_tmp", "output_in_tape", "input_bytes", "output_bytes")
+EXACT = ("tape_bytes", "fwd_tmp", "bwd_tmp", "output_in_tape", "input_bytes", "output_bytes",
+         "fwd_ck_tmp")
 
 
 def _close(scaled, lowered, what, tolerance=TOLERANCE):
@@ -44,6 +45,7 @@ def test_scaled_costs_agree_with_lowering_at_the_new_shape(name, costs, monkeypa
     fresh = profile_sequence([layer], [p], x[:4], costs=costs, policies=menu).layers[0]
     assert lowered
     _close(scaled, fresh, "everything")
+    assert scaled.fwd_ck_tmp is not None  # the plain forward's, measured at the new shape too
     assert [o.name for o in scaled.options] == [o.name for o in fresh.options]
     for a, b in zip(scaled.options, fresh.options):
         _close(a, b, a.name)

@@ -12,9 +12,10 @@ then trained with.
 
 The measured memory is not checked here: about 40 random models (``.fuzz``, branch
 ``fuzz3``) measured over their plan's budget in two ways: a recomputed segment holding a
-Dropout layer keeps the ``dropout`` stream's key (8 bytes; now counted, the test below);
-and a checkpointed Flax ``LayerNorm`` block holds 96 B more than its profile predicts
-(tests/test_edge_inputs.py, the same with ``remat_sequence``).
+Dropout layer keeps the ``dropout`` stream's key (8 bytes; now counted, ``Plan.key_bytes``,
+the test below); and a checkpointed Flax ``LayerNorm`` block held 96 B more than its profile
+predicted, fixed by ``solver.Chain.fwd_ck_tmp`` (tests/test_edge_inputs.py, the same with
+``remat_sequence``).
 """
 
 from __future__ import annotations

@@ -223,7 +223,8 @@ def test_ilp_infeasible_budget_reports_the_ilp_minimum():
     assert solve(chain, least, method="ilp").peak <= least
 
 
-@pytest.mark.parametrize("field", ["xbar_size", "fwd_tmp", "bwd_tmp", "fwd_tape_time"])
+@pytest.mark.parametrize("field", ["xbar_size", "fwd_tmp", "bwd_tmp", "fwd_tape_time",
+                                   "fwd_ck_tmp"])
 def test_ilp_rejects_chains_with_tapes_or_temporaries(field):
     x = [2.0, 3.0, 1.0]
     fields = dict(fwd_time=[1, 1], bwd_time=[1, 1], x_size=x, xbar_size=x[1:])

@@ -28,7 +28,8 @@ from .meter import aval_nbytes, inputs_read, program_memory
 from ..trees import cotangent_struct, tree_bytes
 
 __all__ = ["TracedLayer", "trace_layer", "trace_linearized", "trace_once", "tape_forward",
-           "tape_jaxpr", "tape_signature", "transients", "without_input_grad"]
+           "tape_jaxpr", "tape_signature", "transients", "plain_forward_tmp",
+           "without_input_grad"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,6 +270,20 @@ def transients(traced: "TracedLayer", num_params: int, input_bytes: int
     floor = -min(input_bytes, tree_bytes(traced.output))
     bwd_tmp_freed = min(bwd_tmp, max(floor, int(freed_peak) - held - input_bytes))
     return fwd_tmp, bwd_tmp, bwd_tmp_freed, fwd_tape_tmp
+
+
+def plain_forward_tmp(traced: "TracedLayer") -> int:
+    """``fwd_ck_tmp`` of a traced layer: the peak of its plain forward (no tape: what
+    ``jax.checkpoint`` runs for ``F_ck`` / ``F_none``, the vjp forward with every residual
+    dead) above its input, held throughout, and its output, at least 0
+    (``solver.Chain.fwd_ck_tmp``). Parameters and constants are not counted; the output from
+    the equation making each leaf on (a leaf that is an input leaf adds nothing, so the
+    difference may go below the true one, hence the floor)."""
+    num_out = len(jax.tree.leaves(traced.output))
+    plain = _dead_code_removed(traced.forward,
+                               [True] * num_out + [False] * len(traced.residual_used))
+    peak = program_memory(plain, exclude_inputs=True, count_outputs=True)
+    return max(0, int(peak) - tree_bytes(traced.output))
 
 
 def _pullback_for_memory(pullback: Callable) -> Callable:

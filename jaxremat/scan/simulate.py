@@ -35,7 +35,7 @@ def is_homogeneous(chain: Chain) -> bool:
     """Whether every per-layer cost and size of ``chain`` is the same (``x_size`` and the
     options too)."""
     vectors = [chain.fwd_time, chain.bwd_time, chain.x_size, chain.xbar_size, chain.fwd_tmp,
-               chain.bwd_tmp, chain.fwd_tape_time, chain.output_in_tape]
+               chain.bwd_tmp, chain.fwd_tape_time, chain.output_in_tape, chain.ck_tmp]
     if chain.options is not None:  # (L, K) arrays: every row alike
         options = chain.options
         vectors += [options.xbar_size, options.fwd_time, options.fwd_tape_time,

@@ -17,7 +17,7 @@ from solver.chain.options import full_forward_tmp
 
 from jax.extend.core import ClosedJaxpr
 
-from ..measure.trace import TracedLayer, tape_forward, tape_jaxpr, transients
+from ..measure.trace import TracedLayer, plain_forward_tmp, tape_forward, tape_jaxpr, transients
 from .calibration import CostMeter
 from ..trees import tree_bytes
 
@@ -96,6 +96,10 @@ class LayerProfile:
       fwd_tape_tmp: the transient of the forward that builds only the tape, above the input
         and the tape it stores (``solver.Chain.fwd_tape_tmp``); ``None`` when built by hand:
         the full forward's (the chain's default).
+      fwd_ck_tmp: the transient of the plain forward (no tape: ``F_ck``, ``F_none``) above
+        the input and the output (``solver.Chain.fwd_ck_tmp``,
+        :func:`jaxremat.measure.trace.plain_forward_tmp`); ``None`` when built by hand or
+        with device-measured transients: ``fwd_tmp`` (the chain's default).
       fwd_time, bwd_time: the chain's times (roofline or measured seconds).
       fwd_flops, bwd_flops: ``cost_analysis()`` flops of the plain forward and of the
         backward; the backward's include the derivative factors (module docstring).
@@ -133,6 +137,7 @@ class LayerProfile:
     output_deps: tuple[tuple[bool, ...], ...] = ()
     bwd_tmp_freed: int | None = None
     fwd_tape_tmp: int | None = None
+    fwd_ck_tmp: int | None = None
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -195,6 +200,8 @@ def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str
     tape_bytes = max(0.0, tape_bytes - factor_bytes)
     fwd_tmp, bwd_tmp, bwd_tmp_freed, fwd_tape_tmp = transients(traced, len(jax.tree.leaves(p)),
                                                                tree_bytes(x))
+    # the plain forward does not depend on the policy: measured for the layer, not its options
+    ck_tmp = {"fwd_ck_tmp": plain_forward_tmp(traced)} if option == "everything" else {}
     if costs == "measured":
         from ..measure.timing import measure_layer  # local: only measured costs need it
 
@@ -206,6 +213,7 @@ def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str
             bwd_tmp_freed = bwd_tmp
             fwd_tape_tmp = full_forward_tmp(fwd_tmp, bool(traced.output_in_tape),
                                             tree_bytes(traced.output))
+            ck_tmp = {"fwd_ck_tmp": None} if ck_tmp else {}
     elif costs == "flops":
         fwd_time, bwd_time, tape_time = (f / PEAK_FLOPS for f in (fwd_flops, bwd_flops, tape_flops))
     else:
@@ -221,4 +229,5 @@ def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str
         tape_deps=traced.tape_deps, output_deps=traced.output_deps,
         # a part of the forward's work; timing noise or XLA's counts must not make it dearer
         fwd_tape_time=min(tape_time, fwd_time), fwd_tape_flops=min(tape_flops, fwd_flops),
+        **ck_tmp,
     )

@@ -64,6 +64,13 @@ quantities of ALGORITHMS.md section 1, following the JAX mapping of section 6:
   a segment's last layer while ``g[i+1]`` is held: its peak above the input and the tape it
   stores (``solver.Chain.fwd_tape_tmp``; the ``custom_vjp`` backend runs the whole forward
   there and plans with ``Chain.with_full_forwards``).
+  ``fwd_ck_tmp[i]``: the same for the plain forward, which keeps no tape (``F_ck``,
+  ``F_none``: ``jax.checkpoint``'s forward, and the ``custom_vjp`` backend's): its peak above
+  the input, held, and the output (:func:`jaxremat.measure.trace.plain_forward_tmp`,
+  ``solver.Chain.fwd_ck_tmp``). ``fwd_tmp`` counts above the whole tape, most of which
+  is not yet made at that forward's peak, so charged to ``F_ck`` it fell short where the
+  plain forward holds more beside ``x[i] + x[i+1]``: ``x + LayerNorm(x)`` checkpointed
+  measured 512 B against 416 B predicted (tests/test_edge_inputs.py).
 * ``fwd_tape_time[i]``: the cost of the forward that builds only the tape
   (:func:`jaxremat.measure.trace.tape_forward`: ``jax.vjp``'s forward cut down to the residuals the
   pullback reads), measured like ``fwd_time`` and capped by it. It is what recomputing the
@@ -447,6 +454,9 @@ def profile_sequence(
         fwd_tape_time=[p.fwd_tape_time for p in profiles],
         fwd_tape_tmp=(None if any(p.fwd_tape_tmp is None for p in profiles)
                       else [p.fwd_tape_tmp for p in profiles]),
+        fwd_ck_tmp=(None if all(p.fwd_ck_tmp is None for p in profiles)
+                    else [p.fwd_tmp if p.fwd_ck_tmp is None else p.fwd_ck_tmp
+                          for p in profiles]),
     )
     reads = read_sizes(profiles, sizes)
     own = own_read_sizes(profiles, sizes, reads)

@@ -237,8 +237,9 @@ def _walk(snaps, table, x, xbar, tape, inside, ftmp, btmp, fttmp, fwd, bwd, ftap
     Nodes are costed children first: a node's peak above the memory it starts from, and
     its time, do not depend on that memory. The simulator's rules (solver/chain/simulator.py)
     applied to a node: a checkpoint's forward ``F_ck(a), F_none(a+1..b-1)`` peaks at
-    ``max(x[a+1] + ftmp[a], max_k x[k] + x[k+1] + ftmp[k])`` above its base (a range maximum
-    from the sparse table) and leaves ``x[b]``; ``F_all``, the loss and ``B`` as listed
+    ``max(x[a+1] + ck[a], max_k x[k] + x[k+1] + ck[k])`` above its base (``ck``: the chain's
+    ``ck_tmp``, the plain forward's transient, in ``first`` and a range maximum from the
+    sparse table) and leaves ``x[b]``; ``F_all``, the loss and ``B`` as listed
     there; a body run swaps ``g[b]`` for ``g[a]`` and frees ``x[a]`` if stored on its own.
     A node's last layer runs ``F_all`` while ``g[last+1]`` is held (``ftape``, the chain's
     ``fwd_tape_time``), except the root's, which the loss follows (``fwd``). Outputs outside
@@ -328,15 +329,15 @@ def revolve_costs(chain: Chain) -> tuple[tuple[int, ...], np.ndarray, np.ndarray
     snapshot count needs every candidate's cost, and plans with few snapshots run O(L^2)
     ops. Cached per chain.
     """
-    x, ftmp = chain.x_size, chain.fwd_tmp
-    # F_none(k) peaks at x[k] + x[k+1] + ftmp[k] above its base (k >= 1; entry 0 unused).
-    inner = np.concatenate([[-np.inf], x[1:-1] + x[2:] + ftmp[1:]])
+    x, ftmp, ck = chain.x_size, chain.fwd_tmp, chain.ck_tmp
+    # F_none(k) peaks at x[k] + x[k+1] + ck[k] above its base (k >= 1; entry 0 unused).
+    inner = np.concatenate([[-np.inf], x[1:-1] + x[2:] + ck[1:]])
     times, peaks, nestings = _walk_all(
         _beta_table(chain.length), x, chain.xbar_size, chain.tape_size, chain.output_in_tape,
         ftmp, chain.bwd_tmp, base_forward_tmp(chain)[:, 0],
         chain.fwd_time,
         chain.bwd_time, chain.fwd_tape_time, np.concatenate([[0.0], np.cumsum(chain.fwd_time)]),
-        x[1:] + ftmp,
+        x[1:] + ck,
         _sparse_max_table(inner))
     keep = np.flatnonzero(nestings <= MAX_NESTING)
     return tuple(int(s) + 1 for s in keep), times[keep], peaks[keep]

@@ -136,6 +136,16 @@ class Chain:
         when it is outside the tape (computed, then dropped)
         (:func:`solver.chain.options.base_forward_tmp`). The simulator and Rotor's DP charge it
         exactly there.
+      fwd_ck_tmp: ``L`` sizes or ``None`` (default): what ``F_ck(i)`` and ``F_none(i)`` peak
+        at above ``x[i]`` (held whole) and the ``x[i+1]`` they store: the transient of the
+        layer's plain forward, which keeps no tape (JAX's ``jax.checkpoint`` runs it, and the
+        ``custom_vjp`` backend). ``fwd_tmp`` is measured on the forward that builds the tape,
+        above the input and the *whole* tape, much of which (the output, for one) is not made
+        yet at that forward's peak; the plain forward can peak higher above ``x[i] + x[i+1]``
+        (a layer norm holds its input, ``x - mean``, the scaled ``rsqrt`` and their product at
+        once). One value per layer, whatever the options: the plain forward does not depend
+        on a save policy. ``None`` charges ``fwd_tmp`` (:attr:`ck_tmp`). The simulator, Rotor's
+        DP, the min-peak DP and revolve charge it there.
       options: ``None`` (each layer's one "save" mode is its whole tape) or a
         :class:`~solver.chain.options.LayerOptions`: layer ``i`` offers ``K_i`` ways to run
         ``F_all(i)``, option 0 being the fields above (Rockmate's multi-option layers,
@@ -159,6 +169,7 @@ class Chain:
     x_rec_size: np.ndarray | None = None
     fwd_tape_tmp: np.ndarray | None = None
     x_own_read_size: np.ndarray | None = None
+    fwd_ck_tmp: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         fwd = float_array(self.fwd_time, "Chain.fwd_time (one entry per layer)")
@@ -184,8 +195,9 @@ class Chain:
         }
         if self.fwd_tape_tmp is not None:
             fields["fwd_tape_tmp"] = (self.fwd_tape_tmp, length)
-        if self.x_own_read_size is not None:
-            fields["x_own_read_size"] = (self.x_own_read_size, length)
+        for name in ("x_own_read_size", "fwd_ck_tmp"):
+            if getattr(self, name) is not None:
+                fields[name] = (getattr(self, name), length)
         for name, (values, n) in fields.items():
             object.__setattr__(self, name, _as_vector(name, values, n))
         object.__setattr__(self, "output_in_tape", _as_flags(self.output_in_tape, length))
@@ -313,6 +325,12 @@ class Chain:
         return result
 
     @property
+    def ck_tmp(self) -> np.ndarray:
+        """What ``F_ck(i)`` / ``F_none(i)`` peak at above ``x[i]`` and ``x[i+1]``:
+        ``fwd_ck_tmp``, else ``fwd_tmp``."""
+        return self.fwd_tmp if self.fwd_ck_tmp is None else self.fwd_ck_tmp
+
+    @property
     def x_free(self) -> np.ndarray:
         """Bytes of ``x[i]`` that ``F_all(i)`` frees: ``x_size[i] - x_read_size[i]``."""
         return self.x_size[:-1] - self.x_read_size
@@ -364,7 +382,7 @@ class Chain:
         """Whether every size is an integer (then the DP can run without rounding)."""
         sizes = [self.x_size, self.xbar_size, self.fwd_tmp, self.bwd_tmp, self.x_read_size,
                  self.x_rec_size]
-        for extra in (self.fwd_tape_tmp, self.x_own_read_size):
+        for extra in (self.fwd_tape_tmp, self.x_own_read_size, self.fwd_ck_tmp):
             if extra is not None:
                 sizes.append(extra)
         if self.options is not None:

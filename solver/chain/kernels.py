@@ -28,10 +28,11 @@ arrays that describe ``F_all`` and ``B``; a chain without options has ``K = 1``:
 - an option a layer lacks has ``cbw``, ``ftmp``, ``gbt``, ``tft`` equal to ``M + 1`` (never feasible),
 - ``F_ck`` and ``F_none`` run the layer without a tape and cost column 0: ``cum``, float64
   prefix sums of ``fw[:, 0]`` (the recomputation cost of the leaf option ``j`` is
-  ``float32(cum[j] - cum[i])``, the same bits everywhere), and ``fneed[i, j]``, the memory
-  ``F_none(i+1..j-1)`` need above ``g[l+1]``: ``max_{i<k<j} cw[k] + cw[k+1] + ftmp[k, 0]``
+  ``float32(cum[j] - cum[i])``, the same bits everywhere); their transient is ``fck`` (``L+1``,
+  the loss's 0: ``Chain.ck_tmp``, the plain forward's); ``fneed[i, j]``, the memory
+  ``F_none(i+1..j-1)`` need above ``g[l+1]``: ``max_{i<k<j} cw[k] + cw[k+1] + fck[k]``
   (0 for ``j = i + 1``), less what ``F_ck(i)`` freed before them; ``F_ck(i)`` itself needs
-  ``cw[i+1] + ftmp[i, 0]``,
+  ``cw[i+1] + fck[i]``,
 - ``lean_chain[i, k]`` / ``lean_base[i, k]``: option ``k`` of layer ``i`` reaches the
   least time the layer can cost in a chain option / in the base case (see Saturation).
 
@@ -45,8 +46,8 @@ Three facts keep it fast.
 
 - Monotonicity: ``Opt[m][i][l]`` is nonincreasing in ``m``, so every option is feasible
   exactly on an interval ``[start, M]``. Feasibility is a separate, cheap integer DP
-  (:func:`fill_bounds`: ``mmin[row]``, the first feasible ``m``, is the discretised minimum
-  peak), and no infinity ever enters the arithmetic of the time DP.
+  (:func:`solver.chain.bounds.fill_bounds`: ``mmin[row]``, the first feasible ``m``, is the
+  discretised minimum peak), and no infinity ever enters the arithmetic of the time DP.
 - Saturation: each layer ``k < l`` of ``(i, l)`` runs backward once, with the option of its
   one ``F_all``, and that ``F_all`` costs ``fw`` unless it is a base case, which costs
   ``ft`` after an ``F_ck`` / ``F_none`` of the layer (``fw[k, 0]``) computed ``x[k+1]``: at
@@ -62,9 +63,9 @@ Three facts keep it fast.
   once per tile and reused ``block`` times from cache, instead of streaming the whole table
   from memory for every cell (the DP is memory-bound otherwise).
 
-Rotor's lower bound ``m∅`` (:func:`fill_bounds`) assumes ``x[i]`` is held whole while the
-forwards of ``(i, l)`` run; once ``F_all(i)`` cuts it (``cfree > 0``) a later forward may
-need less, so then ``m∅`` is 0: every option's start already checks each of its ops
+Rotor's lower bound ``m∅`` (:func:`solver.chain.bounds.fill_bounds`) assumes ``x[i]`` is held
+whole while the forwards of ``(i, l)`` run; once ``F_all(i)`` cuts it (``cfree > 0``) a later
+forward may need less, so then ``m∅`` is 0: every option's start already checks each of its ops
 (``F_all``, ``B``, the forwards of a leaf, the sub-solves), so the bound only prunes.
 
 Checkpoints held in part (``Chain.x_rec_size``): ``F_ck(i)`` cuts ``x[i]`` to what a
@@ -108,7 +109,7 @@ __all__ = [
     "block_size",
     "base_threshold",
     "chain_start",
-    "fill_bounds",
+    "leaf_start",
     "fill_time_table",
     "decide",
     "decide_base",
@@ -186,71 +187,6 @@ def chain_start(cw, cbw, cgone, cfree, ftmp, gbt, peak_rest, i, l, mnull, k):
     )
 
 
-@njit(cache=True)
-def fill_bounds(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, lean_chain, lean_base,
-                M, off, mnull, mmin, sat, fneed):
-    """Integer part of the DP, for every pair ``(i, l)`` (row ``off[i] + l - i``) and context.
-
-    ``mnull[row]``: Rotor's lower bound ``m∅ = cw[l+1] + max(cw[i+1] + ftmp[i],
-    max_{i<k<l} (cw[k] + cw[k+1] + ftmp[k]))`` (0 on the diagonal), with each layer's least
-    ``ftmp`` over its options: some forward of each layer ``k < l`` computes ``x[k+1]``.
-    ``mmin[c, row]``: the first ``m`` at which ``Opt_c[m][i][l] < inf`` (``M + 1`` if none),
-    i.e. the least over the options of their first feasible ``m``. ``sat[c, row]``: the
-    first ``m`` from which the chain option stores every tape with lean options (``M + 1``
-    if none). ``fneed[i, j]`` (``i < j <= L``): see the module docstring. O(L^3 + L^2 K)
-    integer operations per context.
-    """
-    L = cw.shape[0] - 2
-    K = cbw.shape[1]
-    C = cfree.shape[0]
-    lower = not (cfree[0] > 0).any()  # m∅ bounds nothing once F_all cuts inputs (module docstring)
-    ftmin = np.empty(L + 1, dtype=np.int64)
-    for p in range(L + 1):
-        ftmin[p] = ftmp[p, 0]
-        for k in range(1, K):
-            ftmin[p] = min(ftmin[p], ftmp[p, k])
-    for i in range(L, -1, -1):
-        row = off[i]
-        for c in range(C):
-            first, saturated = M + 1, M + 1
-            for k in range(K):
-                t = base_threshold(cw, cbw, cout, cfree[c], tft, gbt, i, k)
-                first = min(first, t)
-                if lean_base[i, k]:
-                    saturated = min(saturated, t)
-            mmin[c, row] = first
-            sat[c, row] = saturated
-        mnull[row] = 0
-        mx = cw[i + 1] + ftmin[i]  # max_{i<k<l} maintained as l grows
-        fx = 0  # the F_none part of fneed
-        for l in range(i + 1, L + 1):
-            fneed[i, l] = fx
-            row = off[i] + (l - i)
-            mn = cw[l + 1] + mx if lower else 0
-            mnull[row] = mn
-            rest = off[i + 1] + (l - i - 1)
-            for c in range(C):
-                b = crf[i] if route[c, 1] == 0 else 0
-                first, saturated = M + 1, M + 1
-                for k in range(K):
-                    q = sub[i, k]
-                    start = chain_start(cw, cbw, cgone, cfree[c], ftmp, gbt, mmin[q, rest], i, l,
-                                        mn, k)
-                    first = min(first, start)
-                    if lean_chain[i, k]:
-                        saturated = min(saturated,
-                                        max(start, cbw[i + 1, k] - cfree[c, i, k] + sat[q, rest]))
-                for j in range(i + 1, l + 1):
-                    s = _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j, route[c, 0])
-                    if s < first and s <= M - b:
-                        first = s
-                mmin[c, row] = min(first, M + 1)
-                sat[c, row] = min(saturated, M + 1)
-            if l < L:
-                mx = max(mx, cw[l] + cw[l + 1] + ftmin[l])
-                fx = max(fx, cw[l] + cw[l + 1] + ftmp[l, 0])
-
-
 @njit(cache=True, inline="always")
 def _update(opt, c, row, ra, rc, rb, shift, b, s, e, prefix):
     """``opt[c, row, m] = min(opt[c, row, m], prefix + opt[0, ra, m - shift] +
@@ -263,17 +199,17 @@ def _update(opt, c, row, ra, rc, rb, shift, b, s, e, prefix):
 
 
 @njit(cache=True, inline="always")
-def _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j, rc):
+def leaf_start(cw, fck, off, mnull, mmin, fneed, b, i, l, j, rc):
     """First feasible ``m`` of the leaf option ``j`` of ``(i, l)``; ``b``: what its ``F_ck(i)``
     frees of ``x[i]`` (``crf[i]`` in context 0, else 0), from its ``F_none`` on. The leaf
     exists for ``m <= M - b``; ``rc``: the context of its body."""
     return max(max(mnull[off[i] + (l - i)],
-                   cw[l + 1] + max(cw[i + 1] + ftmp[i, 0], fneed[i, j] - b)),
+                   cw[l + 1] + max(cw[i + 1] + fck[i], fneed[i, j] - b)),
                max(cw[j] - b + mmin[0, off[j] + (l - j)], mmin[rc, off[i] + (j - 1 - i)] - b))
 
 
 @njit(cache=True, inline="always")
-def _leaves(opt, cw, ftmp, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l, j0, j1):
+def _leaves(opt, cw, fck, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l, j0, j1):
     """Leaf options ``j0 <= j <= j1`` of the pair ``(i, l)``, ``i < l``, in context ``c``.
 
     Leaf ``j``: ``F_ck(i), F_none(i+1..j-1)``, solve ``(j, l)`` holding ``x[j]``, then solve
@@ -285,7 +221,7 @@ def _leaves(opt, cw, ftmp, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, 
     b = crf[i] if route[c, 1] == 0 else 0
     hi = min(M - b, sat[c, row] - 1)
     for j in range(j0, j1 + 1):
-        s = _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j, rc)
+        s = leaf_start(cw, fck, off, mnull, mmin, fneed, b, i, l, j, rc)
         if s <= hi:
             _update(opt, c, row, off[j] + (l - j), rc, off[i] + (j - 1 - i), cw[j] - b, b, s, hi,
                     np.float32(cum[j] - cum[i]))
@@ -329,15 +265,15 @@ def _chain(opt, c, cw, cbw, cgone, cfree, sub, ftmp, gbt, fw, bw, off, mnull, mm
 
 
 @njit(cache=True)
-def fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, fw, bw, ft, cum,
-                    M, off, mnull, mmin, sat, fneed, block, opt):
+def fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tft, fw, bw, ft,
+                    cum, M, off, mnull, mmin, sat, fneed, block, opt):
     """Fill Rotor's table ``opt[c, row(i, l), m]`` for every ``0 <= i <= l <= L``, ``m <= M``
     and context ``c`` (module docstring, "Checkpoints held in part").
 
     ``opt`` is float32 ``(C, pairs, M + 1)``; infeasible cells hold ``inf``. Needs the bounds
-    of :func:`fill_bounds`. Recurrence: ALGORITHMS.md section 2 (Rotor, arXiv:1911.13214,
-    section 4) with the chain-option correction of :func:`chain_start` and one chain option
-    per layer option; tiles of ``block x block`` pairs, see the module docstring.
+    of :func:`solver.chain.bounds.fill_bounds`. Recurrence: ALGORITHMS.md section 2 (Rotor,
+    arXiv:1911.13214, section 4) with the chain-option correction of :func:`chain_start` and
+    one chain option per layer option; tiles of ``block x block`` pairs, see the module docstring.
     """
     n = fw.shape[0]
     C = opt.shape[0]
@@ -351,7 +287,7 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft
                 for c in range(C):
                     _start_cell(opt, c, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, i, l)
                     if i < l:
-                        _leaves(opt, cw, ftmp, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                        _leaves(opt, cw, fck, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
                                 i + 1, l)
                         _chain(opt, c, cw, cbw, cgone, cfree, sub, ftmp, gbt, fw, bw, off, mnull, mmin,
                                M, i, l)
@@ -375,7 +311,7 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft
                         if mb > M - b:
                             continue
                         prefix = np.float32(cum[j] - cum[i])
-                        fi = max(cw[i + 1] + ftmp[i, 0], fneed[i, j] - b)
+                        fi = max(cw[i + 1] + fck[i], fneed[i, j] - b)
                         for l in range(l_lo, l_hi + 1):
                             row = off[i] + (l - i)
                             ra = off[j] + (l - j)
@@ -387,9 +323,9 @@ def fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft
             for i in range(i_hi, i_lo - 1, -1):
                 for l in range(l_lo, l_hi + 1):
                     for c in range(C):
-                        _leaves(opt, cw, ftmp, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                        _leaves(opt, cw, fck, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
                                 i + 1, i_hi)
-                        _leaves(opt, cw, ftmp, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
+                        _leaves(opt, cw, fck, crf, route, cum, off, mnull, mmin, sat, fneed, M, c, i, l,
                                 l_lo + 1, l)
                         _chain(opt, c, cw, cbw, cgone, cfree, sub, ftmp, gbt, fw, bw, off, mnull, mmin,
                                M, i, l)
@@ -409,8 +345,8 @@ def decide_base(opt, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, c, i, m):
 
 
 @njit(cache=True)
-def decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, gbt, fw, bw, cum, off, mnull, mmin,
-           fneed, M, c, i, l, m):
+def decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, fck, gbt, fw, bw, cum, off, mnull,
+           mmin, fneed, M, c, i, l, m):
     """The decision :func:`fill_time_table` took at ``(c, i, l, m)``, ``i < l``.
 
     Returns ``-k`` for the chain option with option ``k`` (0 for option 0), ``j > i`` for
@@ -433,7 +369,7 @@ def decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, gbt, fw, bw, cum, 
                 return -k
     b = crf[i] if route[c, 1] == 0 else 0
     for j in range(i + 1, l + 1):
-        if m >= _leaf_start(cw, ftmp, off, mnull, mmin, fneed, b, i, l, j, rc) and m <= M - b:
+        if m >= leaf_start(cw, fck, off, mnull, mmin, fneed, b, i, l, j, rc) and m <= M - b:
             v = (np.float32(cum[j] - cum[i]) + opt[0, off[j] + (l - j), m - cw[j] + b]
                  + opt[rc, off[i] + (j - 1 - i), m + b])
             if v == best:
@@ -442,8 +378,8 @@ def decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, gbt, fw, bw, cum, 
 
 
 @njit(cache=True)
-def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, fw, bw, ft,
-                    cum, off, mnull, mmin, fneed, M, m0):
+def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tft, fw,
+                    bw, ft, cum, off, mnull, mmin, fneed, M, m0):
     """Decisions of the optimal plan for ``(0, L)`` at memory ``m0``, in replay order.
 
     Walks the plan depth first without recursion: along a spine ``(c, i, l, m)`` a chain
@@ -471,7 +407,7 @@ def trace_time_plan(opt, cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt
         c = stack[top, 3]
         while i <= l:
             if i < l:
-                d = decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, gbt, fw, bw, cum,
+                d = decide(opt, cw, cbw, cgone, cfree, crf, route, sub, ftmp, fck, gbt, fw, bw, cum,
                            off, mnull, mmin, fneed, M, c, i, l, m)
             elif l < L:
                 d = decide_base(opt, cw, cbw, cout, cfree, tft, gbt, ft, bw, off, M, c, i, m)

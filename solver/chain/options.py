@@ -35,7 +35,9 @@ of the same name means for the whole tape:
   by default.
 
 Column 0 is the chain's own fields; :class:`~solver.chain.chain.Chain` checks it. ``F_ck``
-and ``F_none`` run the layer without a tape and cost the chain's fields (column 0).
+and ``F_none`` run the layer without a tape and cost the chain's fields (column 0); their
+transient is the chain's ``fwd_ck_tmp`` (``Chain.ck_tmp``), which has no per-option
+counterpart: the plain forward they run does not depend on the save policy.
 """
 
 from __future__ import annotations

@@ -17,14 +17,14 @@ __all__ = ["fill_min_peak"]
 
 
 @njit(cache=True)
-def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, fw, bw, ft, peak,
-                  time, choice):
+def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tft, fw, bw, ft,
+                  peak, time, choice):
     """Exact minimum peak ``P_c[i][l]`` over persistent schedules of ``(i, l)`` (float64), in
     each context ``c`` (0: ``x[i]`` whole; ``rc``, the last: ``x[i]`` cut by ``F_ck(i)``,
     :mod:`solver.chain.kernels`).
 
     Base ``(i, i)``: the least over options ``k`` of :func:`~solver.chain.kernels.base_threshold`.
-    Leaf ``j``: ``max(m∅, cw[l+1] + max(cw[i+1] + ftmp[i], fneed(i, j) - b), cw[j] - b +
+    Leaf ``j``: ``max(m∅, cw[l+1] + max(cw[i+1] + fck[i], fneed(i, j) - b), cw[j] - b +
     P_0[j][l], P_rc[i][j-1] - b)``
     (``b = crf[i]`` in context 0, else 0). Chain with option ``k``:
     :func:`~solver.chain.kernels.chain_start` with ``P_0[i+1][l]`` (the corrected
@@ -40,8 +40,8 @@ def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, 
     lower = not (cfree[0] > 0).any()  # m∅ only without cut inputs (solver.chain.kernels)
     ftmin = np.empty(L + 1)
     for p in range(L + 1):
-        ftmin[p] = ftmp[p, 0]
-        for k in range(1, K):
+        ftmin[p] = fck[p]  # the least transient of a forward of layer p (solver.chain.bounds)
+        for k in range(K):
             ftmin[p] = min(ftmin[p], ftmp[p, k])
     for i in range(L, -1, -1):
         for c in range(C):
@@ -71,8 +71,8 @@ def fill_min_peak(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, 
                 for j in range(i + 1, l + 1):
                     prefix += fw[j - 1, 0]
                     if j > i + 1:
-                        fx = max(fx, cw[j - 1] + cw[j] + ftmp[j - 1, 0])
-                    v = max(max(mnull, cw[l + 1] + max(cw[i + 1] + ftmp[i, 0], fx - b)),
+                        fx = max(fx, cw[j - 1] + cw[j] + fck[j - 1])
+                    v = max(max(mnull, cw[l + 1] + max(cw[i + 1] + fck[i], fx - b)),
                             max(cw[j] - b + peak[0, j, l], peak[rc, i, j - 1] - b))
                     if v <= best:
                         t = prefix + time[0, j, l] + time[rc, i, j - 1]

@@ -52,12 +52,17 @@ least over ``k`` of ``fw[i, k] + bw[i, k] + Opt[m - cbw[i+1, k]][i+1][l]`` where
 ``k``'s two checks above hold, and the base case ``(i, i)`` the least ``ft[i, k] + bw[i, k]``
 over the options whose threshold ``m`` reaches. ``F_ck`` and ``F_none`` keep the chain's own
 costs (column 0), so the leaf options are unchanged except for one term: ``m∅`` takes each
-layer's least ``ftmp`` over its options (it must bound every option from below), and each
-leaf ``j`` checks the memory of its own forwards ``F_ck(i), F_none(i+1..j-1)`` with the
-column-0 ``ftmp`` (``fneed``, :mod:`solver.chain.kernels`; implied by ``m∅`` without
-options). The DP remains exact among persistent plans, now with an option per ``Layer``
+layer's least transient over its forwards (it must bound every one from below), and each
+leaf ``j`` checks the memory of its own forwards ``F_ck(i), F_none(i+1..j-1)`` with their
+own transient (``fck``, :mod:`solver.chain.kernels`; implied by ``m∅`` without options).
+The DP remains exact among persistent plans, now with an option per ``Layer``
 (tests/test_options.py checks it against every plan and option of small chains). Without
 options ``K = 1`` and every number is as before.
+
+Forwards without tape (``Chain.fwd_ck_tmp``): ``F_ck`` and ``F_none`` peak at the plain
+forward's transient ``Chain.ck_tmp`` above ``x[i] + x[i+1]``, not ``fwd_tmp``; the leaf
+options and ``m∅`` charge it in both DPs (``fck``), and nothing else runs those forwards, so
+both stay exact for the simulator (tests/test_ck_tmp.py draws it, with and without options).
 
 Checkpoints held in part (``Chain.x_rec_size``, :mod:`solver.chain.simulator`): once
 ``F_ck(i)`` has run, ``x[i]`` holds only what a recomputation reads. Each subproblem ``(i,
@@ -92,6 +97,7 @@ import numpy as np
 
 from ..errors import InfeasibleBudget
 from . import kernels
+from .bounds import fill_bounds
 from .chain import Chain
 from .options import LayerOptions, base_forward_tmp
 from .peak_kernels import fill_min_peak
@@ -124,6 +130,7 @@ class _Padded:
     inside: np.ndarray  # (L + 1, K) bool: option k of layer i reads its output (in its tape)
     crf: np.ndarray  # L + 2: what F_ck(i) frees of x[i] (Chain.x_rec_free; 0 past L - 1)
     ftmp: np.ndarray  # (L + 1, K)
+    fck: np.ndarray  # L + 1: F_ck / F_none's transient (Chain.ck_tmp; the loss's 0)
     tft: np.ndarray  # (L + 1, K): the base case's forward: the stored tape and fwd_tape_tmp
     gbt: np.ndarray  # (L + 1, K): what B(i) adds, g[i] and bwd_tmp (a size, never negative)
     fw: np.ndarray  # (L + 1, K)
@@ -162,6 +169,7 @@ def _padded(chain: Chain) -> _Padded:
         inside=np.vstack([table.output_in_tape & table.valid, np.zeros((1, table.width), bool)]),
         crf=crf,
         ftmp=rows(table.fwd_tmp, False, np.inf),
+        fck=np.concatenate([chain.ck_tmp, np.zeros(1)]),
         tft=rows(table.xbar_size - x_out + base_forward_tmp(chain), False, np.inf),
         gbt=rows(table.bwd_tmp, False, np.inf) + np.asarray(chain.x_size, float)[:, None],
         fw=fw,
@@ -280,8 +288,8 @@ def _min_peak(chain: Chain) -> tuple[float, tuple[np.ndarray, np.ndarray, np.nda
     peak = np.empty(shape, dtype=np.float64)
     time = np.empty(shape, dtype=np.float64)
     choice = np.empty(shape, dtype=np.int64)
-    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, frees, p.crf, route, sub, p.ftmp, p.gbt, p.tft,
-                  p.fw, p.bw, p.ft, peak, time, choice)
+    fill_min_peak(p.cw, p.cbw, p.cout, p.cgone, frees, p.crf, route, sub, p.ftmp, p.fck, p.gbt,
+                  p.tft, p.fw, p.bw, p.ft, peak, time, choice)
     return float(p.cw[0] + peak[0, 0, chain.length]), (choice, route, sub)
 
 
@@ -353,8 +361,8 @@ class RotorTable:
         capacity = int(np.floor(budget)) if exact else int(self.slots)
         p = _padded(chain)
         cap = capacity + 1
-        cw, cbw, ftmp, gbt, tft = (_to_units(a, unit, cap)
-                                   for a in (p.cw, p.cbw, p.ftmp, p.gbt, p.tft))
+        cw, cbw, ftmp, fck, gbt, tft = (_to_units(a, unit, cap)
+                                        for a in (p.cw, p.cbw, p.ftmp, p.fck, p.gbt, p.tft))
         # B(i) holds tape[i] without x[i+1] when the output is outside the tape: round that
         # tape up on its own (cbw - cout >= its real size), not the difference of roundings.
         cout = cbw - _to_units(p.cbw - p.cout, unit, cap)
@@ -380,14 +388,14 @@ class RotorTable:
         mmin = np.empty((contexts, pairs), dtype=np.int64)
         sat = np.empty((contexts, pairs), dtype=np.int64)
         fneed = np.zeros((n, n + 1), dtype=np.int64)
-        kernels.fill_bounds(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft,
+        fill_bounds(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt, tft,
                             p.lean_chain, p.lean_base, capacity, off, mnull, mmin, sat, fneed)
         opt = np.empty((contexts, pairs, capacity + 1), dtype=np.float32)
-        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, gbt, tft, fw,
-                                bw, ft, cum, capacity, off, mnull, mmin, sat, fneed,
+        kernels.fill_time_table(cw, cbw, cout, cgone, cfree, crf, route, sub, ftmp, fck, gbt,
+                                tft, fw, bw, ft, cum, capacity, off, mnull, mmin, sat, fneed,
                                 kernels.block_size(capacity), opt)
         arrays = dict(cw=cw, cbw=cbw, cout=cout, cgone=cgone, cfree=cfree, crf=crf, route=route,
-                      sub=sub, ftmp=ftmp,
+                      sub=sub, ftmp=ftmp, fck=fck,
                       gbt=gbt, tft=tft,
                       fw=fw, bw=bw, ft=ft, cum=cum, off=off, mnull=mnull, mmin=mmin, fneed=fneed, opt=opt,
                       scale=scale)
@@ -434,7 +442,8 @@ class RotorTable:
             return None
         decisions = kernels.trace_time_plan(a["opt"], a["cw"], a["cbw"], a["cout"], a["cgone"],
                                             a["cfree"], a["crf"], a["route"], a["sub"], a["ftmp"],
-                                            a["gbt"], a["tft"], a["fw"], a["bw"], a["ft"], a["cum"],
+                                            a["fck"], a["gbt"], a["tft"], a["fw"], a["bw"],
+                                            a["ft"], a["cum"],
                                             a["off"], a["mnull"], a["mmin"], a["fneed"],
                                             self.capacity, m)
         if decisions.size and decisions.min() == kernels.NO_DECISION:

@@ -8,9 +8,9 @@ the tape ``tape[i]`` of layer ``i`` (which contains ``x[i+1]``), and gradients `
 op         needs                       effect                                          peak candidate
 =========  ==========================  ==============================================  =====================
 F_all(i)   x[i] available              stores tape[i]                                  after + fwd_tmp[i]
-F_ck(i)    x[i] available              stores x[i+1], keeps x[i]                       after + fwd_tmp[i]
+F_ck(i)    x[i] available              stores x[i+1], keeps x[i]                       after + ck_tmp[i]
 F_none(i)  x[i] available              stores x[i+1], then frees x[i] (or tape[i-1]    after storing
-                                       if x[i] came from it)                           + fwd_tmp[i]
+                                       if x[i] came from it)                           + ck_tmp[i]
 loss       x[L] available              stores g[L]; frees x[L] if stored on its own    after storing
 B(i)       g[i+1], tape[i], x[i]       stores g[i]; frees x[i] if stored on its own,   after storing
            available                   g[i+1] and tape[i]                              + bwd_tmp[i]
@@ -44,6 +44,10 @@ and charges that option's ``xbar_size``, ``output_in_tape``, ``fwd_time`` /
 ``fwd_tape_time`` and ``fwd_tmp``; the state remembers the option of every stored tape, so
 ``B(i)`` charges its ``bwd_time`` and ``bwd_tmp`` and frees its tape size (as do
 ``F_none(i+1)`` and early drops). ``F_ck`` and ``F_none`` cost the chain's own fields.
+
+Forwards without tape (``F_ck``, ``F_none``) peak at the state after storing ``x[i+1]`` plus
+``ck_tmp[i]``: ``Chain.fwd_ck_tmp``, the plain forward's transient, where given, else
+``fwd_tmp`` (``Chain.ck_tmp``).
 
 Unread input leaves (``Chain.x_read_size``): once ``F_all(i)`` has run (its forward read all
 of ``x[i]``), ``x[i]`` is cut to the part ``B(i)`` reads, freeing ``option_x_free[i, k]``
@@ -235,7 +239,7 @@ def apply_op(chain: Chain, state: MemoryState, op: Op) -> tuple[MemoryState, flo
         if x >> (i + 1) & 1 or cut >> (i + 1) & 1 or rec >> (i + 1) & 1:
             raise ValueError(f"Op {op!r}: x[{i + 1}] is already stored.")
         mem += xs[i + 1]
-        peak = mem + chain.fwd_tmp[i]
+        peak = mem + chain.ck_tmp[i]  # the plain forward (Chain.fwd_ck_tmp)
         x |= 1 << (i + 1)
         if kind is OpKind.F_NONE:
             if x >> i & 1:

@@ -1,7 +1,7 @@
 """Checkmate's ILP on a tapeless chain, as simulator steps: ``solve(method="ilp")``.
 
-A :class:`~solver.chain.chain.Chain` with ``xbar_size == x_size[1:]`` and zero ``fwd_tmp`` /
-``bwd_tmp`` is exactly the model of :func:`TrainingGraph.from_chain
+A :class:`~solver.chain.chain.Chain` with ``xbar_size == x_size[1:]`` and zero ``fwd_tmp``
+(and ``fwd_ck_tmp``) / ``bwd_tmp`` is exactly the model of :func:`TrainingGraph.from_chain
 <solver.ilp.training_graph.TrainingGraph.from_chain>`: ids ``0 .. L`` are ``x[0] .. x[L]``, id
 ``L+1`` the loss vertex (size and cost 0), id ``L+2`` its backward ``B_loss`` (outputs
 ``g[L]``, cost 0) and id ``2L+3-k`` the backward of ``x[k]`` (Rotor's ``B(k-1)``, outputs
@@ -89,8 +89,8 @@ def check_tapeless(chain: Chain) -> None:
     reasons = []
     if (chain.xbar_size != chain.x_size[1:]).any():
         reasons.append("tapes larger than the layer outputs (xbar_size != x_size[1:])")
-    if chain.fwd_tmp.any() or chain.bwd_tmp.any():
-        reasons.append("nonzero fwd_tmp / bwd_tmp")
+    if chain.fwd_tmp.any() or chain.ck_tmp.any() or chain.bwd_tmp.any():
+        reasons.append("nonzero fwd_tmp / fwd_ck_tmp / bwd_tmp")
     if not chain.output_in_tape.all():
         reasons.append("backwards that do not read their outputs (output_in_tape false)")
     if (chain.fwd_tape_time != chain.fwd_time).any():
