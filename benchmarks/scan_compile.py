@@ -27,7 +27,8 @@ def compile_table(depths, kinds, rounds=3, shares=("25%",)):
     scan, the scan under ``nothing_saveable`` (``nnx.remat``'s default) and under the
     policy of the member ``remat_scan`` takes at its least budget ("own": the uniform
     policy a user would write for those layers; the plain scan where it keeps the whole
-    tape), and ``remat_scan`` (plan cached) at its least budget and at ``shares``; per
+    tape), and ``remat_scan`` (plan cached) at its least budget, at ``shares`` and at the
+    measured memory of the scan under ``nothing_saveable`` (equal memory); per
     program its loops (:func:`jaxremat.scan.members.loop_bodies`: scans in the gradient),
     the kernels XLA compiles (fusions and dots of the optimized HLO) and the ratio to both
     uniform scans; ``remat_scan``'s measured peak (``activation_memory``) over its budget."""
@@ -37,8 +38,11 @@ def compile_table(depths, kinds, rounds=3, shares=("25%",)):
         for L in depths:
             layer, params, x = block_stack(kind, L)
             least = least_budget(params, x, layer=layer)
+            uniform = jaxremat.activation_memory(
+                loss_of(scanned("nothing_saveable", layer)), params, x)
             made = []
-            for label, budget in [("least", least)] + [(share, share) for share in shares]:
+            for label, budget in ([("least", least)] + [(share, share) for share in shares]
+                                  + [("= nothing_saveable", uniform)]):
                 f = jaxremat.remat_scan(layer, budget)
                 try:
                     plan = f.plan(params, x)
