@@ -119,3 +119,30 @@ def test_a_batch_of_one_is_estimated_not_lowered(name, monkeypatch):
     assert [o.name for o in again.options] == [o.name for o in fresh.options]
     for a, b in zip(again.options, fresh.options):
         _close(a, b, a.name, tolerance=2.5e-2)
+
+
+@pytest.mark.parametrize("name", ["mlp", "attention", "conv"])
+def test_a_program_is_lowered_once_per_profile(name, monkeypatch):
+    """A stack whose first layer is profiled without the input's gradient and then with it
+    lowers the forwards the two share once (calibration.lowered_once: the same program, its
+    residuals listed in another order), and its chain equals the one lowering every piece."""
+    import contextlib
+
+    from jaxremat.sequence import profile as profile_module
+
+    layer, p, x = _case(name)
+    lowered = []
+    original = calibration.lowered_costs
+    monkeypatch.setattr(calibration, "lowered_costs",
+                        lambda *args: lowered.append(1) or original(*args))
+    chains = {}
+    for memo in (True, False):
+        if not memo:
+            monkeypatch.setattr(profile_module, "lowering_memo", contextlib.nullcontext)
+        profile_cache().clear()
+        lowered.clear()
+        chain = profile_sequence([layer, layer], [p, p], x, costs="static", input_grad=False,
+                                 policies=("dots", "dots_no_batch")).chain
+        chains[memo] = (repr(chain), len(lowered))
+    assert chains[True][0] == chains[False][0]
+    assert chains[True][1] < chains[False][1]

@@ -108,3 +108,30 @@ def test_without_the_split_the_search_traces_the_same_options(monkeypatch, missi
     monkeypatch.setattr(searched, "_CHOSEN", searched.LRU(4))  # search again, traced
     traced = [search(layer, p, x, jaxpr, tree_bytes(x), base) for base in searched.BASES]
     assert traced == split and any(traced)
+
+
+@pytest.mark.parametrize("name", ["attention", "mlp", "conv", "nested"])
+def test_the_copies_a_split_makes_of_an_equation_are_counted_once(name, monkeypatch):
+    """Inside ``shared_equations`` an equation's count terms are computed once for it and
+    the copies each policy's split makes of it (``jaxpr_facts.equation_copy_key``), at most
+    half as often as once per equation object, and the costs are the traced ones."""
+    from jaxremat.measure import costs as costs_module
+    from jaxremat.measure.jaxpr_facts import shared_equations
+
+    layer, p, x = _case(name)
+    policies = _policies(layer, p, x)
+    computed = []
+    original = costs_module._eqn_terms
+    monkeypatch.setattr(costs_module, "_eqn_terms",
+                        lambda eqn: computed.append(eqn) or original(eqn))
+    counted = []
+    for copies in (True, False):
+        if not copies:  # once per equation object
+            monkeypatch.setattr(costs_module, "equation_copy_key", lambda eqn: None)
+        computed.clear()
+        program = jvp_program(layer, p, x)  # a new program: its splits and counts are new
+        with shared_equations():
+            shared = [policy_costs(program, policy) for policy in policies]
+        counted.append(len(computed))
+        assert shared == [_traced(layer, p, x, policy)[0] for policy in policies]
+    assert 2 * counted[0] <= counted[1], counted

@@ -33,7 +33,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Var
 
 from .dataflow import _body, equation_flops
 from ..jax_compat import lowered_cost_analysis
-from .jaxpr_facts import per_equation, per_jaxpr
+from .jaxpr_facts import equation_copy_key, per_equation, per_jaxpr
 from .meter import aval_nbytes
 from .trace import live_jaxpr
 
@@ -80,7 +80,7 @@ def _terms(jaxpr: Jaxpr, skip: frozenset, flops: list, bytes_accessed: list,
     eqns = jaxpr.eqns
     if skip:
         eqns = [eqn for eqn in eqns if not all(v in skip for v in eqn.outvars)]
-    for eqn_flops, eqn_bytes, eqn_structure in per_equation(_eqn_terms, eqns):
+    for eqn_flops, eqn_bytes, eqn_structure in per_equation(_eqn_terms, eqns, equation_copy_key):
         flops.extend(eqn_flops)
         bytes_accessed.extend(eqn_bytes)
         structure.extend(eqn_structure)

@@ -31,8 +31,8 @@ from jax.extend.core import DropVar, Jaxpr, Literal
 from ..jax_compat import in_host_memory, is_call, sub_jaxprs
 from ..trees import aval_nbytes
 
-__all__ = ["DROPPED", "JaxprFacts", "device_nbytes", "facts", "is_view", "per_equation",
-           "per_jaxpr", "shared_equations"]
+__all__ = ["DROPPED", "JaxprFacts", "device_nbytes", "equation_copy_key", "facts", "is_view",
+           "per_equation", "per_jaxpr", "shared_equations"]
 
 T = TypeVar("T")
 
@@ -97,12 +97,15 @@ def shared_equations() -> Iterator[None]:
 _MISSING = object()
 
 
-def per_equation(compute: Callable[[Any], T], eqns: Iterable[Any]) -> list[T]:
+def per_equation(compute: Callable[[Any], T], eqns: Iterable[Any],
+                 same: Callable[[Any], Any] | None = None) -> list[T]:
     """``[compute(eqn) for eqn in eqns]`` for a function of the equation alone (JAX's
     equations are immutable), each value computed once per equation object inside a
     :func:`shared_equations` block, each time outside one. (Equations take no weak
     references, so the memo cannot outlive the block the way :func:`per_jaxpr`'s entries
-    outlive a call; an id in it is that of an equation it holds, no other.)"""
+    outlive a call; an id in it is that of an equation it holds, no other.) ``same(eqn)``,
+    where given, keys equations on which ``compute`` agrees though they are distinct
+    objects (:func:`equation_copy_key`); its key may hold ids of what the equation holds."""
     memo = getattr(_SHARED, "memo", None)
     if memo is None:
         return [compute(eqn) for eqn in eqns]
@@ -114,10 +117,27 @@ def per_equation(compute: Callable[[Any], T], eqns: Iterable[Any]) -> list[T]:
     for eqn in eqns:
         value = values.get(id(eqn), _MISSING)
         if value is _MISSING:
-            value = values[id(eqn)] = compute(eqn)
+            key = None if same is None else same(eqn)
+            value = _MISSING if key is None else values.get(key, _MISSING)
+            if value is _MISSING:
+                value = compute(eqn)
+                if key is not None:
+                    values[key] = value
+            values[id(eqn)] = value
             seen.append(eqn)
         found.append(value)
     return found
+
+
+def equation_copy_key(eqn: Any) -> tuple:
+    """What an equation and the copies JAX's partial evaluation makes of it share (the
+    staged copy of a recomputed or tangent equation is ``eqn.replace(invars=...)``, its
+    operands instantiated): its parameters and results (the same objects) and its operands'
+    avals. A function of the primitive, parameters and avals alone (the count's terms)
+    agrees on equations with equal keys; the memo of :func:`per_equation` holds them, so
+    the ids stay theirs."""
+    return ("copy", id(eqn.params), tuple([id(v) for v in eqn.outvars]),
+            tuple([getattr(v, "aval", None) for v in eqn.invars]))
 
 
 def device_nbytes(aval: Any) -> int:

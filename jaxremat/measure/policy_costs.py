@@ -32,6 +32,7 @@ from ..jax_compat import checkpoint_split, close_jaxpr
 from ..trees import cotangent_struct, tree_bytes
 from .costs import count_jaxpr
 from .liveness import device_nbytes
+from .trace import mark_live
 
 __all__ = ["JvpProgram", "jvp_program", "policy_costs"]
 
@@ -80,6 +81,7 @@ def policy_costs(program: JvpProgram, policy: Callable) -> tuple[int, float] | N
     if split is None:
         return None
     known, staged, num_res = split
+    mark_live(known, staged)  # both free of dead code (checkpoint_split): counted as they are
     outputs = known.outvars[:len(known.outvars) - num_res]
     residuals = known.outvars[len(known.outvars) - num_res:]
     outside = set(known.invars) | set(v for v in outputs[:program.num_outputs]

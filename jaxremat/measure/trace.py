@@ -29,7 +29,7 @@ from ..trees import cotangent_struct, tree_bytes
 
 __all__ = ["TracedLayer", "trace_layer", "trace_linearized", "trace_once", "tape_forward",
            "tape_jaxpr", "tape_signature", "transients", "plain_forward_tmp",
-           "without_input_grad"]
+           "without_input_grad", "mark_live"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +181,15 @@ def _dead_code_removed(closed: ClosedJaxpr, used_outputs: Sequence[bool]) -> Clo
 _LIVE: "weakref.WeakSet[Jaxpr]" = weakref.WeakSet()
 """The jaxprs :func:`_dead_code_removed` returned (held weakly): free of dead code."""
 _LIVE_LOCK = threading.Lock()
+
+
+def mark_live(*jaxprs: Jaxpr) -> None:
+    """Record that ``jaxprs`` are results of JAX's dead-code elimination (``dce_jaxpr`` with
+    every output they keep used), so that :func:`live_jaxpr` takes them as they are: the
+    split of :func:`jaxremat.measure.policy_costs.policy_costs`, counted about 200 times a
+    layer by the ``"dots_plus"`` search."""
+    with _LIVE_LOCK:
+        _LIVE.update(jaxprs)
 
 
 def live_jaxpr(closed: ClosedJaxpr) -> ClosedJaxpr:

@@ -157,7 +157,7 @@ from ..measure.trace import trace_once
 from ..trees import abstractify, check_layers, check_params, leaf_bytes, signature, tree_bytes
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
                     forward_costs, layer_costs, roofline_time)
-from .calibration import CostMeter, Uncalibrated, meter_for
+from .calibration import CostMeter, Uncalibrated, lowering_memo, meter_for
 from .held import inputs_freed, own_read_sizes, read_sizes, rec_sizes
 from .derive import deriving_tracer, recording_tracer, same_profile
 from .options import Tracer, layer_options, trace, with_options
@@ -426,22 +426,23 @@ def profile_sequence(
     memo: dict[tuple, tuple[LayerProfile, Any]] = {}  # also layers without weak references
     profiles: list[LayerProfile] = []
     sizes: list[list[int]] = []  # bytes of each leaf of x[i]
-    for i in indices:
-        sizes.append([leaf_bytes(leaf) for leaf in jax.tree.leaves(current)])
-        needs_input_grad = input_grad or i > 0
-        key = _cache_key(layers[i], abstract_params[i], current, needs_input_grad, costs, menu,
-                         repeats)
-        hit = memo.get(key) or _cached(key, layers[i])
-        if hit is None:
-            with shared_equations():  # a layer's pieces share most equations
-                hit = _profile_new(layers[i], abstract_params[i], current, i, costs, repeats,
-                                   needs_input_grad, menu, key)
-            _remember(key, layers[i], *hit)
-        memo[key] = hit
-        found, output = hit
-        found = dataclasses.replace(found, index=i)
-        profiles.append(found)
-        current = output
+    with lowering_memo():  # layer 0 is lowered without the input's gradient, then with it
+        for i in indices:
+            sizes.append([leaf_bytes(leaf) for leaf in jax.tree.leaves(current)])
+            needs_input_grad = input_grad or i > 0
+            key = _cache_key(layers[i], abstract_params[i], current, needs_input_grad, costs, menu,
+                             repeats)
+            hit = memo.get(key) or _cached(key, layers[i])
+            if hit is None:
+                with shared_equations():  # a layer's pieces share most equations
+                    hit = _profile_new(layers[i], abstract_params[i], current, i, costs, repeats,
+                                       needs_input_grad, menu, key)
+                _remember(key, layers[i], *hit)
+            memo[key] = hit
+            found, output = hit
+            found = dataclasses.replace(found, index=i)
+            profiles.append(found)
+            current = output
     freed = inputs_freed(profiles, sizes) if free_inputs else [False] * len(profiles)
     chain = Chain(
         fwd_time=[p.fwd_time for p in profiles],
