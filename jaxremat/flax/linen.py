@@ -40,12 +40,12 @@ from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
-import numpy as np
 
 from ..sequence.apply import apply_plan
 from ..sequence.plan import Plan, check_settings
 from ..sequence.policies import check_policies
 from ..budget import check_budget
+from ..trees import leaf_bytes
 from .nnx import call_with_convention, plan_pure_layers, shared_function
 
 __all__ = ["RematSequential"]
@@ -184,13 +184,8 @@ class RematSequential(nn.Module):
         plain run drops it after the forward (the layers' profile, with keys made inside the
         layer, does not see it): :func:`jaxremat.sequence.plan.solve_plan` counts it.
         """
-        total = 0
-        for lazy in (getattr(self.scope, "rngs", None) or {}).values():
-            rng = getattr(lazy, "rng", lazy)
-            if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
-                rng = jax.eval_shape(jax.random.key_data, rng)
-            total += int(np.prod(rng.shape)) * rng.dtype.itemsize
-        return total
+        rngs = (getattr(self.scope, "rngs", None) or {}).values()
+        return sum(leaf_bytes(getattr(lazy, "rng", lazy)) for lazy in rngs)
 
     def __call__(self, *args: Any) -> Any:
         """Run the layers on ``args`` under the budget (plainly while initializing)."""

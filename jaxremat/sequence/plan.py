@@ -379,13 +379,11 @@ def solve_plan(
                                     aliases=aliases)
         return solved, schedule
 
-    held = 0.0
     try:
         solved, schedule = solve(budget_bytes / batch_size)
         if key_bytes and recomputes(schedule.plan) \
                 and schedule.peak * batch_size + key_bytes > budget_bytes:
-            held = key_bytes
-            solved, schedule = solve((budget_bytes - held) / batch_size)
+            solved, schedule = solve((budget_bytes - key_bytes) / batch_size)
     except solver.InfeasibleBudget as error:
         least = error.min_budget * batch_size
         if key_bytes:  # the least plan recomputes unless it is the plain sequence's
