@@ -58,7 +58,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr  # noqa: E402
 
 from jaxremat.measure.dataflow import equation_flops  # noqa: E402
 from jaxremat.measure.timing import median_time  # noqa: E402
-from jaxremat.scan.remat import program_size  # noqa: E402
+from jaxremat.scan.checks import program_size  # noqa: E402
 from jaxremat.sequence.profile import profile_cache  # noqa: E402
 
 WIDTH, BATCH = 64, 256
@@ -333,7 +333,7 @@ def crossover_table(depths, kinds, rounds=2):
     the block's jaxpr equations, compile CPU s over the scan with ``nothing_saveable`` (the
     least of ``rounds`` x ``REPEATS``, the two settings alternating) and measured memory."""
     from jaxremat.scan.plan import option_policies
-    from jaxremat.scan.remat import _run
+    from jaxremat.scan.realize import run_member as _run
 
     print("block    eqns  L    option                 compile x: unroll 2  unroll 0   "
           "memory / nothing: unroll 2  unroll 0")

@@ -26,13 +26,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jaxremat  # noqa: E402
-import jaxremat.scan.remat as scan_remat  # noqa: E402
+import jaxremat.scan.realize as realization  # noqa: E402
+from jaxremat.scan.plan import option_policies  # noqa: E402
 from jaxremat.scan.members import NestedScan  # noqa: E402
 
 import scan_depth as sd  # noqa: E402
 
 MEMBERS = (((2,), 1), ((4,), 1), ((8,), 1), ((8, 2), 1))  # option 1: dots_saveable here
-_SCANNED = scan_remat._scan_layers
+_SCANNED = realization.scan_layers
 
 
 def _unrolled_scan(layer, params, x, unroll=0):
@@ -68,17 +69,17 @@ def realizations(L):
         member = NestedScan(sizes, option)
         assert member.option < len(policy.layer.options) + 1, "the block lost its dots option"
         for name, realize, unroll in REALIZATIONS:
-            scan_remat._scan_layers = realize
+            realization.scan_layers = realize
             try:
-                fn = (lambda p, h, member=member, unroll=unroll: scan_remat._run(
+                fn = (lambda p, h, member=member, unroll=unroll: realization.run_member(
                     sd.block, member.sizes, p, h, L,
-                    scan_remat.option_policies(policy.layer)[member.option], unroll=unroll))
+                    option_policies(policy.layer)[member.option], unroll=unroll))
                 seconds, mem = sd.compile_seconds(fn, params, x), sd.memory(fn, params, x)
                 print(f"  {str(member):<48} {name:<18} compile {seconds / base:5.2f}x  "
                       f"memory {mem:>9} ({mem / nothing:.3f})  eqns {sd.size(fn, params, x)}",
                       flush=True)
             finally:
-                scan_remat._scan_layers = _SCANNED
+                realization.scan_layers = _SCANNED
 
 
 def same_budget(L):

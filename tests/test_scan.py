@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import jaxremat
 import solver
-from jaxremat.scan.remat import program_size
+from jaxremat.scan.checks import program_size
 from jaxremat.scan.family import (NestedScan, chain_options, choose, family, member_schedule,
                                   loop_margin, member_time, solver_plan)
 from jaxremat.scan.family import _Search as family_state, _search as family_search
@@ -402,7 +402,7 @@ def test_loop_bodies_count_the_scans_of_the_gradient(unroll):
     a body for) equals the scans of the gradient's jaxpr on every member of two levels or
     less of 7 layers (remainders) and 8 (reshaped tops), inner runs scanned or unrolled."""
     from jaxremat.scan.members import loop_bodies
-    from jaxremat.scan.remat import _run
+    from jaxremat.scan.realize import run_member as _run
 
     for L in (7, 8):
         params, x = scale_stack(L, D=4, B=2)

@@ -181,7 +181,7 @@ def solver_plan(member: NestedScan, length: int) -> solver.Plan:
 def loop_bodies(member: NestedScan, length: int, unroll: int = UNROLL) -> int:
     """The number of loops (``lax.scan`` bodies, nested ones included) in the gradient of
     ``member``'s program on ``length`` layers, inner runs of at most ``unroll`` layers
-    unrolled (:func:`jaxremat.scan.remat._run`): what XLA compiles a loop body for, each
+    unrolled (:func:`jaxremat.scan.realize.run_member`): what XLA compiles a loop body for, each
     with its per-leaf slicing and stacking. 2 for the plain scan and ``jax.checkpoint`` per
     layer (forward, backward), 5 for segments whose layers run as an inner scan.
 

@@ -39,24 +39,22 @@ import weakref
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.extend.core import ClosedJaxpr, Jaxpr
 
 import solver
 from solver import Chain, Schedule
 
 from ..lru import LRU
 from ..budget import check_budget, is_share, parse_budget, resolve_budget
-from ..measure.meter import activation_memory
 from ..sequence.plan import check_settings
 from ..sequence.policies import check_policies
 from ..sequence.profile import profile_sequence
+from .checks import check_differentiable, check_scannable, program_size, scan_length
 from .family import FamilyInfeasible, chain_options, choose, loop_margin, member_schedule
-from .held import margin_bytes, stored_layer as _stored
+from .held import margin_bytes
 from .loops import ScanBody
-from .members import UNROLL, NestedScan, auto_unroll, check_unroll, pieces, reshaped, runs
+from .members import NestedScan, auto_unroll, check_unroll
 from .plan import ScanPlan, option_policies
+from .realize import measured_memory, run_member
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
 
@@ -67,119 +65,6 @@ SCAN_METHODS = ("rotor", "none", "every_layer", "sqrt")
 """``"rotor"``: the best nested-scan plan; the others are fixed members: store every tape,
 checkpoint every layer (``jax.checkpoint`` per layer, ``nnx.remat``'s default), and Chen's
 sqrt(L) segments."""
-
-
-def program_size(jaxpr: ClosedJaxpr | Jaxpr) -> int:
-    """Number of equations of ``jaxpr``, those of its sub-programs (scan and checkpoint
-    bodies, calls, branches) included: the size of the program XLA compiles."""
-    jaxpr = jaxpr.jaxpr if isinstance(jaxpr, ClosedJaxpr) else jaxpr
-    total = 0
-    for eqn in jaxpr.eqns:
-        total += 1
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, (tuple, list)) else (param,):
-                if isinstance(sub, (ClosedJaxpr, Jaxpr)):
-                    total += program_size(sub)
-    return total
-
-
-def _scan_length(stacked_params: Any) -> int:
-    """The common leading axis of the leaves, or an error naming the leaf that differs."""
-    leaves = jax.tree_util.tree_flatten_with_path(stacked_params)[0]
-    if not leaves:
-        raise ValueError(
-            "stacked_params has no array leaves: remat_scan reads the number of layers from "
-            "their leading axis. Give the layer at least one stacked parameter, or use "
-            "jaxremat.remat_sequence with one function per layer."
-        )
-    lengths = []
-    for path, leaf in leaves:
-        shape = np.shape(leaf)
-        if not shape:
-            raise ValueError(
-                f"stacked_params{jax.tree_util.keystr(path)} is a scalar; every leaf stacks "
-                f"the layers' parameters on axis 0 (shape (L, ...))."
-            )
-        lengths.append((jax.tree_util.keystr(path), int(shape[0])))
-    first_path, length = lengths[0]
-    for path, other in lengths[1:]:
-        if other != length:
-            raise ValueError(
-                f"stacked_params leaves disagree on the number of layers (axis 0): "
-                f"stacked_params{first_path} has {length}, stacked_params{path} has {other}. "
-                f"Stack every parameter of the L layers on axis 0."
-            )
-    if length == 0:
-        raise ValueError(
-            f"stacked_params stacks no layers: stacked_params{first_path} has shape "
-            f"{tuple(np.shape(leaves[0][1]))}, L = 0 on axis 0. Stack at least one layer's "
-            f"parameters (shape (L, ...) with L >= 1)."
-        )
-    return length
-
-
-def _describe(tree: Any) -> str:
-    return str(jax.tree.map(lambda s: f"{s.dtype}{list(s.shape)}", tree))
-
-
-def _check_scannable(layer: Callable, params: Any, x: Any) -> int:
-    """Raise unless ``layer(params, x)`` has the structure, shapes and dtypes of ``x``;
-    return the number of equations of its jaxpr (:func:`program_size`)."""
-    try:
-        jaxpr, out = jax.make_jaxpr(layer, return_shape=True)(params, x)
-    except Exception as error:
-        raise ValueError(
-            f"remat_scan could not trace layer(params[0], x) on parameters {_describe(params)} "
-            f"(one layer's: stacked_params without its axis 0) and input {_describe(x)}: "
-            f"{type(error).__name__}: {error}. Check that every leaf of stacked_params stacks "
-            f"the L layers' parameters on axis 0 (shape (L, ...))."
-        ) from error
-    same = jax.tree.structure(out) == jax.tree.structure(x) and all(
-        a.shape == b.shape and a.dtype == b.dtype
-        for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(x)))
-    if not same:
-        raise ValueError(
-            f"remat_scan needs a layer whose output has the structure, shapes and dtypes of "
-            f"its input (lax.scan carries it from layer to layer), but layer(params[0], x) maps "
-            f"{_describe(x)} to {_describe(out)}. For layers that change shapes use "
-            f"jaxremat.remat_sequence([layer_0, layer_1, ...], budget) with one function and "
-            f"one parameter pytree per layer. (params[0] is stacked_params without its axis 0, "
-            f"{_describe(params)}: check that every leaf stacks the L layers' parameters on "
-            f"axis 0.)"
-        )
-    return program_size(jaxpr)
-
-
-def _check_differentiable(x: Any) -> None:
-    """Raise unless the carry ``x`` has a floating-point (or complex) leaf: a carry of
-    integers and booleans only carries no gradient, so there is nothing to rematerialize."""
-    if not any(jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in jax.tree.leaves(x)):
-        raise ValueError(
-            f"remat_scan: the scan input x ({_describe(x)}) has no floating-point leaf, so no "
-            f"gradient flows through the layers and there is nothing to rematerialize. Run the "
-            f"plain scan, jax.lax.scan(lambda h, p: (layer(p, h), None), x, stacked_params)[0], "
-            f"or carry the floating-point activations the layers differentiate in x."
-        )
-
-
-def _split(params: Any, lengths: list[int]) -> list[Any]:
-    """``params`` cut on axis 0 into consecutive parts of ``lengths`` layers, with one
-    ``lax.split`` per leaf (its transpose is one concatenation of the gradients)."""
-    leaves, treedef = jax.tree.flatten(params)
-    cut = [jax.lax.split(leaf, lengths, axis=0) if len(lengths) > 1 else [leaf] for leaf in leaves]
-    return [jax.tree.unflatten(treedef, [parts[j] for parts in cut]) for j in range(len(lengths))]
-
-
-def _scan_layers(layer: Callable, params: Any, x: Any, unroll: int = 0) -> Any:
-    """``layer`` over ``params`` stacked on axis 0: one ``lax.scan``, or for a run of at
-    most ``unroll`` layers the layers one after the other."""
-    if unroll:
-        length = jax.tree.leaves(params)[0].shape[0]
-        if length <= unroll:
-            for i in range(length):
-                x = layer(jax.tree.map(lambda leaf, i=i: leaf[i], params), x)
-            return x
-    return jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
 
 
 _MARGINS = LRU(64)  # (layer id, signatures, options) -> (weak reference, margin_bytes)
@@ -200,57 +85,6 @@ def _margin_sizes(layer: Callable, params: Any, x: Any, policies: tuple[Callable
     except TypeError:  # no weak references: not kept across calls
         pass
     return sizes
-
-
-def _run(layer: Callable, sizes: tuple[int, ...], params: Any, x: Any, length: int,
-         policy: Callable | None = None, top: bool = True, unroll: int = UNROLL) -> Any:
-    """Apply ``length`` layers (``params`` stacked on axis 0) under the levels ``sizes``,
-    the layers that store their tapes under ``policy``, inner runs of at most ``unroll``
-    layers unrolled (:data:`jaxremat.scan.members.UNROLL`); the same recursion as
-    :func:`jaxremat.scan.members.skeleton`. A top level whose size divides ``length`` is one
-    scan over the parameters reshaped to ``(length / k, k, ...)``: no copy (a leading-axis
-    reshape is a bitcast), one loop."""
-    while sizes and sizes[0] >= length:
-        sizes = sizes[1:]
-    if not sizes:
-        return _scan_layers(_stored(layer, policy), params, x, unroll=0 if top else unroll)
-    if top and reshaped(length, sizes):
-        size = sizes[0]
-        if size == 1:  # jax.checkpoint per layer in one scan: the segment is the layer
-            segment = jax.checkpoint(_stored(layer, policy), prevent_cse=False)
-            return _scan_layers(segment, params, x)
-        count = length // size
-        rows = jax.tree.map(lambda leaf: leaf.reshape((count, size) + leaf.shape[1:]), params)
-        body = functools.partial(_segment, layer, sizes[1:], size, policy, unroll)
-        return _scan_layers(jax.checkpoint(body, prevent_cse=False), rows, x)
-    parts = pieces(length, sizes[0])
-    groups = runs(parts[:-1])
-    chunks = _split(params, [size * count for size, count in groups] + [parts[-1]])
-    for (size, count), chunk in zip(groups, chunks):
-        body = functools.partial(_segment, layer, sizes[1:], size, policy, unroll)
-        if count == 1:
-            x = jax.checkpoint(body, prevent_cse=True)(chunk, x)
-        else:  # no CSE across scan iterations: prevent_cse is not needed (jax.checkpoint docs)
-            segment = jax.checkpoint(body, prevent_cse=False)
-            rows = jax.tree.map(lambda leaf: leaf.reshape((count, size) + leaf.shape[1:]), chunk)
-            x = jax.lax.scan(lambda h, p: (segment(p, h), None), x, rows)[0]
-    return _run(layer, sizes[1:], chunks[-1], x, parts[-1], policy, top=False, unroll=unroll)
-
-
-def _segment(layer: Callable, sizes: tuple[int, ...], length: int, policy: Callable | None,
-             unroll: int, params: Any, x: Any) -> Any:
-    return _run(layer, sizes, params, x, length, policy, top=False, unroll=unroll)
-
-
-def _measured(layer: Callable, params: Any, x: Any, length: int,
-              policies: tuple[Callable | None, ...], unroll: int, member: NestedScan) -> int:
-    """:func:`jaxremat.activation_memory` of ``member``'s program on abstract inputs, the
-    sum of the (inexact) output leaves as the loss."""
-    def loss(p: Any, h: Any) -> Any:
-        out = _run(layer, member.sizes, p, h, length, policies[member.option], unroll=unroll)
-        return sum(jnp.sum(jnp.real(leaf)).astype(jnp.float32) for leaf in jax.tree.leaves(out)
-                   if jnp.issubdtype(leaf.dtype, jnp.inexact))
-    return activation_memory(loss, params, x)
 
 
 def _whole_inputs(chain: Chain) -> Chain:
@@ -391,7 +225,7 @@ class RematScan:
         return member, schedule
 
     def _plan(self, stacked_params: Any, x: Any) -> ScanPlan:
-        length = _scan_length(stacked_params)
+        length = scan_length(stacked_params)
         batch = vmap_batch_size((stacked_params, x))
         abstract_params = abstractify(stacked_params, "stacked_params")
         abstract_x = abstractify(x, "the scan input x")
@@ -400,8 +234,8 @@ class RematScan:
         if plan is not None:
             return plan
         one = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), abstract_params)
-        equations = _check_scannable(self._layer, one, abstract_x)
-        _check_differentiable(abstract_x)
+        equations = check_scannable(self._layer, one, abstract_x)
+        check_differentiable(abstract_x)
         unroll = auto_unroll(equations) if self._unroll == "auto" else self._unroll
         profile = profile_sequence([self._layer] * length, [one] * length, abstract_x,
                                    costs=self._costs, progress=False, input_grad=True,
@@ -418,7 +252,7 @@ class RematScan:
         margin = functools.cache(functools.partial(loop_margin, chain, unroll=unroll, **sizes))
         margin_floor = functools.cache(functools.partial(  # the search's pruning: cheaper
             loop_margin, chain, unroll=unroll, floor=True, **sizes))
-        measure = functools.partial(_measured, self._layer, abstract_params, abstract_x, length,
+        measure = functools.partial(measured_memory, self._layer, abstract_params, abstract_x, length,
                                     policies, unroll)
         if not is_share(self._budget):  # bytes: no need to measure the plain scan
             budget = parse_budget(self._budget)
@@ -456,7 +290,7 @@ class RematScan:
             of its input (use :func:`jaxremat.remat_sequence` then).
         """
         plan = self._plan(stacked_params, x)
-        return _run(self._layer, plan.member.sizes, stacked_params, x, plan.length,
+        return run_member(self._layer, plan.member.sizes, stacked_params, x, plan.length,
                     plan.policy, unroll=plan.unroll)
 
     def cache_clear(self) -> None:

@@ -230,7 +230,7 @@ def _runs_below(length: int, sizes: tuple[int, ...]) -> list[tuple[int, int, boo
     """``(start, length, checkpointed, scanned)`` of the innermost runs of one level ``(k,)``
     or two ``(k, j)`` (each run of the second level cut into pieces of ``j``, all but the
     last checkpointed; :func:`jaxremat.scan.members.skeleton`); ``scanned``: the number of
-    equal checkpointed pieces in the run's ``lax.scan`` (``jaxremat.scan.remat._run``: two
+    equal checkpointed pieces in the run's ``lax.scan`` (``jaxremat.scan.realize.run_member``: two
     or more in a row), 0 for a piece run inline."""
     if reshaped(length, sizes):
         top = [sizes[0]] * (length // sizes[0])
