@@ -125,3 +125,37 @@ def test_live_jaxpr_skips_only_dead_code_free_pieces(name, policy):
     assert len(closed.jaxpr.eqns) == 3
     assert [e.primitive.name for e in live_jaxpr(closed).jaxpr.eqns] == ["cos"]
     assert costs.count_terms(closed).totals == (3.0, 24.0)
+
+
+@pytest.mark.parametrize("trace", ["trace_layer", "trace_linearized"])
+def test_tracing_a_layer_keeps_none_of_its_programs(trace):
+    """A layer traced at a new shape leaves none of its programs alive once its trace is
+    dropped. ``jax.vjp``'s function returned from the traced function made its linear
+    jaxpr part of the output structure, which ``jit``'s caches keep: 11,000 objects per
+    re-plan of 12 GPT-2 blocks (``trace._traced_with_function``)."""
+    import gc
+
+    from jax import lax
+    from jax.extend.core import Jaxpr
+
+    from jaxremat.measure import trace as trace_module
+
+    size = 11  # a shape no other test traces this layer at
+
+    def layer(p, x):
+        return lax.tanh(lax.dot_general(x, p, (((1,), (0,)), ((), ()))))
+
+    def alive() -> int:  # programs holding the layer's product at this shape
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, Jaxpr) and any(
+            e.primitive.name == "dot_general" and size in getattr(e.outvars[0].aval, "shape", ())
+            for e in o.eqns))
+
+    p = jax.ShapeDtypeStruct((size, size), jnp.float32)
+    x = jax.ShapeDtypeStruct((2, size), jnp.float32)
+    assert alive() == 0
+    found = getattr(trace_module, trace)(layer, p, x, 0) if trace == "trace_layer" else \
+        trace_module.trace_linearized(layer, p, x)
+    assert alive() > 0
+    del found
+    assert alive() == 0

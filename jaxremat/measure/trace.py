@@ -336,6 +336,29 @@ def trace_once(layer: Callable, p: Any, x: Any, index: int
     return replay, closed
 
 
+def _traced_with_function(make: Callable[[Any, Any], tuple[Any, Any]], p: Any, x: Any
+                          ) -> tuple[ClosedJaxpr, Any, list[Any], Any]:
+    """``(jaxpr, y, leaves, treedef)`` of ``make(p, x) -> (y, f)`` traced on abstract ``p`` and
+    ``x``, where ``f`` is ``jax.vjp``'s or ``jax.linearize``'s function, a pytree: the jaxpr's
+    outputs are ``y``'s leaves then ``f``'s (its residuals), ``f`` is
+    ``jax.tree.unflatten(treedef, leaves)``. ``f`` is flattened inside the trace and only
+    its leaves are returned: returned whole, its treedef (whose static part holds the linear
+    jaxpr) became the traced function's output structure, which ``jit``'s caches keep
+    (``pjit._check_and_canonicalize_out_shardings``): about 11,000 objects kept per re-plan
+    of 12 GPT-2 blocks at a new batch size (32,000 with ``"dots_plus"``), which every full
+    garbage collection then walked."""
+    found = []
+
+    def flat(p: Any, x: Any) -> tuple[Any, list[Any]]:
+        y, f = make(p, x)
+        leaves, treedef = jax.tree.flatten(f)
+        found.append(treedef)
+        return y, leaves
+
+    closed, (output, leaves) = jax.make_jaxpr(flat, return_shape=True)(p, x)
+    return closed, output, leaves, found[-1]
+
+
 def trace_layer(
     layer: Callable, p: Any, x: Any, index: int, *, input_grad: bool = True
 ) -> TracedLayer:
@@ -353,10 +376,9 @@ def trace_layer(
     else:
         vjp = lambda p, x: jax.vjp(lambda q: layer(q, x), p)  # noqa: E731
     try:
-        forward, (output, vjp_struct) = jax.make_jaxpr(vjp, return_shape=True)(p, x)
+        forward, output, residuals, treedef = _traced_with_function(vjp, p, x)
     except Exception as error:  # noqa: BLE001 - re-raised naming the layer
         raise _layer_error(index, x, error) from error
-    residuals, treedef = jax.tree.flatten(vjp_struct)
 
     def pullback(res: Sequence[Any], cotangent: Any) -> Any:
         return jax.tree.unflatten(treedef, res)(cotangent)
@@ -380,9 +402,8 @@ def trace_linearized(layer: Callable, p: Any, x: Any) -> tuple[ClosedJaxpr, Clos
     does not depend on what a checkpoint policy saves: differences of flops between two
     policies of one layer are the pullback's (``tests/test_policy_costs.py``), at a fifth of
     the tracing time."""
-    forward, (output, linear_fn) = jax.make_jaxpr(
-        lambda p, x: jax.linearize(layer, p, x), return_shape=True)(p, x)
-    residuals, treedef = jax.tree.flatten(linear_fn)
+    forward, output, residuals, treedef = _traced_with_function(
+        lambda p, x: jax.linearize(layer, p, x), p, x)
     tangents = jax.tree.map(cotangent_struct, (p, x))
     linear = jax.make_jaxpr(lambda res, tp, tx: jax.tree.unflatten(treedef, res)(tp, tx))(
         residuals, *tangents)
