@@ -12,8 +12,8 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from jax.ad_checkpoint import checkpoint_name
+from test_policies import assert_same_grads, loss_of, plain
 
 from jaxremat import activation_memory, remat_sequence
 from jaxremat.sequence.apply import apply_plan
@@ -29,43 +29,32 @@ def norm(x):
     return x - jnp.mean(x, axis=-1, keepdims=True)
 
 
-def block(p, x):
-    """A pre-norm transformer block marked with MaxText's seven names, in program order."""
+FOUR = ("value_proj", "context", "out_proj", "mlpwi")  # marked by block4: 11 groups to profile
+
+
+def block(p, x, marked=NAMES):
+    """A pre-norm transformer block marked with those of MaxText's seven names in ``marked``."""
+    mark = lambda value, name: checkpoint_name(value, name) if name in marked else value  # noqa: E731
     h = norm(x)
-    q, k, v = (checkpoint_name(h @ p[n], n) for n in NAMES[:3])
+    q, k, v = (mark(h @ p[n], n) for n in NAMES[:3])
     scores = jnp.einsum("btd,bsd->bts", q, k) / math.sqrt(D)
-    context = checkpoint_name(jnp.einsum("bts,bsd->btd", jax.nn.softmax(scores, -1), v), "context")
-    x = x + checkpoint_name(context @ p["out_proj"], "out_proj")
-    wi = checkpoint_name(norm(x) @ p["mlpwi"], "mlpwi")
-    return x + checkpoint_name(jax.nn.gelu(wi) @ p["mlpwo"], "mlpwo")
+    context = mark(jnp.einsum("bts,bsd->btd", jax.nn.softmax(scores, -1), v), "context")
+    x = x + mark(context @ p["out_proj"], "out_proj")
+    wi = mark(norm(x) @ p["mlpwi"], "mlpwi")
+    return x + mark(jax.nn.gelu(wi) @ p["mlpwo"], "mlpwo")
 
 
-def init(layers=3):
+def block4(p, x):
+    return block(p, x, FOUR)
+
+
+def init(layers=3, layer=block4):
     shapes = {"query_proj": (D, D), "key_proj": (D, D), "value_proj": (D, D),
               "out_proj": (D, D), "mlpwi": (D, 4 * D), "mlpwo": (4 * D, D)}
     keys = iter(jax.random.split(jax.random.key(0), layers * len(shapes) + 1))
     params = [{n: jax.random.normal(next(keys), s) / math.sqrt(s[0]) for n, s in shapes.items()}
               for _ in range(layers)]
-    return [block] * layers, params, jax.random.normal(next(keys), (B, T, D))
-
-
-def plain(layers):
-    def run(params, x):
-        for layer, p in zip(layers, params):
-            x = layer(p, x)
-        return x
-    return run
-
-
-def loss_of(fn):
-    return lambda params, x: jnp.sum(jnp.sin(fn(params, x)))
-
-
-def assert_same_grads(fn, reference, params, x):
-    got = jax.grad(loss_of(fn), argnums=(0, 1))(params, x)
-    want = jax.grad(loss_of(reference), argnums=(0, 1))(params, x)
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+    return [layer] * layers, params, jax.random.normal(next(keys), (B, T, D))
 
 
 def test_name_groups_hold_the_maxtext_presets():
@@ -87,25 +76,29 @@ def test_name_groups_hold_the_maxtext_presets():
 
 
 def test_every_name_group_gives_plain_gradients():
-    layers, params, x = init(2)
-    assert marked_names(block, params[0], x) == NAMES
+    layers, params, x = init(1)
+    assert marked_names(block, params[0], x) == NAMES and marked_names(block4, params[0], x) == FOUR
     profile = profile_sequence(layers, params, x, policies=("names",), costs="flops")
     offered = {o.name for o in profile.layers[0].options} | {n for n, _ in profile.layers[0].dropped}
-    assert offered == {"names:" + ",".join(g) for g in name_groups(NAMES)}
-    policies = tuple((None,) + tuple(o.policy for o in layer.options) for layer in profile.layers)
-    assert len(policies[0]) > 2, "more than all names kept as an option"
-    for option in range(1, len(policies[0])):
-        plan = (Layer(0, option), Layer(1, option))
-        run = lambda params, x, plan=plan: apply_plan(plan, layers, params, x, policies=policies)
-        assert_same_grads(run, plain(layers), params, x)
+    assert offered == {"names:" + ",".join(g) for g in name_groups(FOUR)}
+    options = profile.layers[0].options
+    assert len(options) > 1, "more than all names kept as an option"
+    policies = ((None,) + tuple(o.policy for o in options),)
+    grad = lambda fn: jax.grad(loss_of(fn), argnums=(0, 1))  # noqa: E731
+    runs = [lambda params, x, k=k: apply_plan((Layer(0, k),), layers, params, x, policies=policies)
+            for k in range(1, len(options) + 1)]
+    every = jax.jit(lambda params, x: [grad(run)(params, x) for run in runs])  # one compile
+    want = grad(plain(layers))(params, x)
+    for got in every(params, x):
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("share", ["40%", "50%"])
-def test_plans_with_name_groups_fit_the_meter(share):
+def test_plans_with_name_groups_fit_the_meter():
     layers, params, x = init(3)
-    seq = remat_sequence(layers, share, policies=("names",), costs="flops")
+    seq = remat_sequence(layers, "50%", policies=("names",), costs="flops")
     plan = seq.plan(params, x)
     groups = {o for o in plan.options if o.startswith("names:")}
-    assert groups - {"names:" + ",".join(NAMES)}, f"a group other than all names: {plan.options}"
+    assert groups - {"names:" + ",".join(FOUR)}, f"a group other than all names: {plan.options}"
     assert activation_memory(loss_of(seq), params, x) <= plan.budget
     assert_same_grads(seq, plain(layers), params, x)
