@@ -15,12 +15,15 @@ the plain model's, and the gradient's flops (``cost_analysis`` before XLA optimi
   ``save_out_proj``, ``save_qkv_proj``, ``save_dot_except_mlp``, ...): each block under
   ``nnx.remat(policy=save_only_these_names(...))`` with the preset's names;
 * ``fitted @ P``: ``model.fit_blocks(loss_fn, *batch)`` with the memory that the uniform
-  policy ``P`` measures as the budget; its flops over ``P``'s (the target: at most 1) and
-  whether its overhead is at most half that of ``P`` (``half``);
-* ``fitted @ s``: the same at a share ``s`` of the plain step, its flops over those of the
-  cheapest uniform policy whose measured memory fits ``s`` ("-" where none fits).
+  policy ``P`` measures as the budget (one fit for policies of equal memory); its flops
+  over ``P``'s (the target: at most 1);
+* ``fitted @ s``: the same at a share ``s`` of the plain step, and at the midpoints between
+  consecutive uniform memories (``fitted @ 0.232``: that share), its flops over those of the
+  cheapest uniform policy whose measured memory fits ("-" where none fits) and whether its
+  overhead over the plain step is at most half that policy's (:func:`_half`, issue 17.6).
 
-    python benchmarks/model_budget.py            # small sizes, a few minutes on 2 CPU cores
+    python benchmarks/model_budget.py            # small sizes, ~15 minutes on 2 CPU cores
+    python benchmarks/model_budget.py --models gpt,vit --policies plus   # the MaxText table
     python benchmarks/model_budget.py --models vit
     python benchmarks/model_budget.py --issue    # adds the GPT of issue 16 (width 128, 8 blocks)
     python benchmarks/model_budget.py --costs static   # the blocks planned by the roofline
