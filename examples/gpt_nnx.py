@@ -30,17 +30,33 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 import jaxremat
 from jaxremat.flax import remat_blocks
 
 
+def named_attention(query, key, value, **kwargs):
+    """``nnx.dot_product_attention`` with its inputs and output marked by
+    ``checkpoint_name`` under MaxText's names (``query_proj``, ``key_proj``, ``value_proj``,
+    ``context``), so that ``save_only_these_names`` policies can keep them. Marks change
+    nothing else."""
+    query, key, value = (checkpoint_name(t, n) for t, n in
+                         ((query, "query_proj"), (key, "key_proj"), (value, "value_proj")))
+    return checkpoint_name(nnx.dot_product_attention(query, key, value, **kwargs), "context")
+
+
 class Block(nnx.Module):
-    """Pre-norm transformer block: causal multi-head attention and a 4x MLP, with dropout."""
+    """Pre-norm transformer block: causal multi-head attention and a 4x MLP, with dropout.
+
+    Its projections are marked with MaxText's ``checkpoint_name`` names (:func:`named_attention`,
+    ``out_proj``, ``mlpwi``, ``mlpwo``): ``jaxremat`` offers ``save_only_these_names`` of them
+    as options per block, and MaxText's ``remat_policy`` presets can be applied to it as is."""
 
     def __init__(self, dim: int, heads: int, dropout: float, *, rngs: nnx.Rngs):
         self.norm1 = nnx.LayerNorm(dim, rngs=rngs)
-        self.attn = nnx.MultiHeadAttention(heads, dim, decode=False, rngs=rngs)
+        self.attn = nnx.MultiHeadAttention(heads, dim, decode=False,
+                                           attention_fn=named_attention, rngs=rngs)
         self.norm2 = nnx.LayerNorm(dim, rngs=rngs)
         self.up = nnx.Linear(dim, 4 * dim, rngs=rngs)
         self.down = nnx.Linear(4 * dim, dim, rngs=rngs)
@@ -48,9 +64,10 @@ class Block(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         h = self.norm1(x)
-        x = x + self.dropout(self.attn(h, is_causal=True, deterministic=True))
-        h = self.down(nnx.gelu(self.up(self.norm2(x))))
-        return x + self.dropout(h)
+        attn = checkpoint_name(self.attn(h, is_causal=True, deterministic=True), "out_proj")
+        x = x + self.dropout(attn)
+        h = nnx.gelu(checkpoint_name(self.up(self.norm2(x)), "mlpwi"))
+        return x + self.dropout(checkpoint_name(self.down(h), "mlpwo"))
 
 
 @remat_blocks("blocks", budget="50%")

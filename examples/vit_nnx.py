@@ -29,27 +29,43 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 import jaxremat
 from jaxremat.flax import remat_blocks
 
 
+def named_attention(query, key, value, **kwargs):
+    """``nnx.dot_product_attention`` with MaxText's ``checkpoint_name`` marks on its inputs
+    (``query_proj``, ``key_proj``, ``value_proj``) and output (``context``); nothing else
+    changes."""
+    marked = [checkpoint_name(t, n) for t, n in zip((query, key, value), _QKV)]
+    return checkpoint_name(nnx.dot_product_attention(*marked, **kwargs), "context")
+
+
+_QKV = ("query_proj", "key_proj", "value_proj")
+
+
 class EncoderBlock(nnx.Module):
-    """Pre-norm encoder block: multi-head self-attention and a GELU MLP, with dropout."""
+    """Pre-norm encoder block: multi-head self-attention and a GELU MLP, with dropout; its
+    projections marked with MaxText's names (:func:`named_attention`, ``out_proj``,
+    ``mlpwi``, ``mlpwo``) for ``save_only_these_names`` policies."""
 
     def __init__(self, dim: int, heads: int, mlp_ratio: int, dropout: float, *,
                  rngs: nnx.Rngs):
         self.norm1 = nnx.LayerNorm(dim, rngs=rngs)
-        self.attn = nnx.MultiHeadAttention(heads, dim, decode=False, rngs=rngs)
+        self.attn = nnx.MultiHeadAttention(heads, dim, decode=False,
+                                           attention_fn=named_attention, rngs=rngs)
         self.norm2 = nnx.LayerNorm(dim, rngs=rngs)
         self.fc1 = nnx.Linear(dim, mlp_ratio * dim, rngs=rngs)
         self.fc2 = nnx.Linear(mlp_ratio * dim, dim, rngs=rngs)
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = x + self.dropout(self.attn(self.norm1(x), deterministic=True))
-        h = self.fc2(self.dropout(nnx.gelu(self.fc1(self.norm2(x)))))
-        return x + self.dropout(h)
+        x = x + self.dropout(checkpoint_name(self.attn(self.norm1(x), deterministic=True),
+                                             "out_proj"))
+        h = self.dropout(nnx.gelu(checkpoint_name(self.fc1(self.norm2(x)), "mlpwi")))
+        return x + self.dropout(checkpoint_name(self.fc2(h), "mlpwo"))
 
 
 @remat_blocks("blocks", budget="50%")

@@ -117,7 +117,9 @@ def test_the_measured_whole_step_is_within_the_budget(case, share):
     measured = jaxremat.flax.activation_memory(model, case["loss_fn"], *case["batch"])
     assert measured == plan.scope.measured <= budget == plan.scope.budget
     assert plan.scope.no_remat == case["plain"]
-    assert max(plan.forward_counts) > 1  # the blocks are rematerialized to fit
+    # the blocks are rematerialized to fit: a block's forward again, or a checkpoint policy's
+    # recomputation in its backward (the GPT's blocks fit by name groups alone)
+    assert max(plan.forward_counts) > 1 or set(plan.options) != {"everything"}
     text = str(plan)
     assert "the whole training step (loss_fn(model, *batch))" in text and "blocks budget" in text
 

@@ -15,7 +15,11 @@ into the per-layer menu of such options:
   dimensions, i.e. not the attention scores);
 * ``"names"``: ``save_only_these_names`` for the names the user marked in the layer with
   ``jax.ad_checkpoint.checkpoint_name``: all of them (option ``"names:a,b"``) and, when
-  a layer marks two or three names, each on its own;
+  a layer marks two to seven names, the groups of :func:`name_groups`: each name on its
+  own, the nested groups of the names in program order (``q`` ⊂ ``q,k`` ⊂ ``q,k,v`` ⊂
+  ..., as MaxText's ``remat_policy`` presets nest ``save_qkv_proj`` ⊂
+  ``save_dot_with_context_except_mlp`` ⊂ ``minimal_with_context``) and all names but one
+  (MaxText's ``minimal`` is all but ``context``);
 * ``"dots_ranked"`` (opt-in): per layer, up to three policies "keep the matmul and
   convolution outputs whose contraction ``K`` is at least a threshold" (options
   ``"dots_ranked:>=K"``), the thresholds read from the layer's jaxpr: outputs ranked by
@@ -56,7 +60,8 @@ from .ranked import RANKED, Dot, RankedDots, layer_dots, menu_thresholds, ranked
 from .searched import SEARCHED, search
 
 __all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
-           "check_policies", "layer_menu", "marked_names", "menu_for", "offload_policy"]
+           "check_policies", "layer_menu", "marked_names", "menu_for", "name_groups",
+           "offload_policy"]
 
 _BUILTIN: dict[str, Callable[..., bool]] = {
     "dots": jax.checkpoint_policies.dots_saveable,
@@ -80,7 +85,7 @@ POLICY_NAMES = ("everything", "dots", "dots_no_batch", "names", RANKED, SEARCHED
 DEFAULT_POLICIES = ("dots", "dots_no_batch", "names")
 """The default menu (``policies=None``); option 0, the whole tape, is always on it."""
 
-_MAX_SINGLE_NAMES = 3  # layers marking 2..3 names also get one option per name
+_MAX_NAME_GROUPS = 7  # layers marking 2..7 names also get the groups of name_groups
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +181,22 @@ def marked_names(layer: Callable, p: Any, x: Any, jaxpr: Any = None) -> tuple[st
     return tuple(names)
 
 
+def name_groups(names: Sequence[str]) -> list[tuple[str, ...]]:
+    """The groups of a layer's marked ``names`` (program order) offered as
+    ``save_only_these_names`` options, each once: all of them; and, for 2 to
+    ``_MAX_NAME_GROUPS`` names, each alone, the program-order prefixes (nested groups) and
+    all but one. Two names give all, a, b; three give every non-empty subset; seven give
+    at most 19 groups, each one profile trace per distinct layer (merged and dominated ones
+    are dropped: :mod:`jaxremat.sequence.options`)."""
+    names = tuple(names)
+    groups = [names] if names else []
+    if 2 <= len(names) <= _MAX_NAME_GROUPS:
+        groups += [(n,) for n in names]
+        groups += [names[:k] for k in range(2, len(names))]
+        groups += [names[:k] + names[k + 1:] for k in range(len(names))]
+    return list(dict.fromkeys(groups))
+
+
 def _callable_name(policy: Callable, position: int) -> str:
     name = getattr(policy, "__name__", None)
     return name if isinstance(name, str) and name != "<lambda>" else f"policy{position}"
@@ -198,11 +219,8 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
             options.append(PolicyOption(_callable_name(entry, position), entry))
         elif entry in ("names", "offload_names"):
             policy, offload = (save_names, False) if entry == "names" else (offload_names, True)
-            groups = [names] if names else []
-            if 2 <= len(names) <= _MAX_SINGLE_NAMES:
-                groups += [(n,) for n in names]
             options += [PolicyOption(f"{entry}:" + ",".join(group), policy(*group), offload)
-                        for group in groups]
+                        for group in name_groups(names)]
         elif entry == RANKED:
             options += [PolicyOption(f"{entry}:>={k}", RankedDots(k))
                         for k in menu_thresholds(menu, dots)]
