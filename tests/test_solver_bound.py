@@ -47,6 +47,22 @@ def test_never_above_the_dp(chain, data):
     assert chain_time_bound(chain, budget).time <= dp.time + 1e-9 * max(1.0, dp.time)
 
 
+def test_a_backward_that_frees_its_input_lowers_the_bound():
+    """``bwd_tmp < 0`` (a backward that frees its input as it reads it) lowers the peak of
+    ``B(i)``: the bound's term for that backward may be negative (it was floored at 0, and the
+    bound called a budget infeasible that a sequence meets: a hypothesis draw of
+    tests/test_own_reads.py)."""
+    import numpy as np
+
+    chain = solver.Chain(fwd_time=np.zeros(1), bwd_time=np.zeros(1), x_size=np.array([3.0, 1.0]),
+                         xbar_size=np.ones(1), fwd_tmp=np.zeros(1), bwd_tmp=np.array([-1.0]),
+                         output_in_tape=np.array([False]), fwd_tape_time=np.zeros(1),
+                         x_read_size=np.array([2.0]), x_rec_size=np.array([2.0]))
+    assert exhaustive_optimum(chain, 5) == 0.0
+    assert chain_time_bound(chain, 5).time == 0.0
+    assert math.isinf(exhaustive_optimum(chain, 4)) and math.isinf(chain_time_bound(chain, 4).time)
+
+
 def test_equals_the_dp_on_the_recorded_mlp_chain():
     """16 profiled layers (whole tape, dots, three dots_plus options; outputs outside the
     tapes, inputs not read by the backward): the DP keeps every tape, so the bound meets

@@ -316,8 +316,10 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
     integrality[Y:Y + L] = 1
     upper = np.concatenate([np.ones(n), np.full(nv - n, np.inf)])
     upper[Y:Y + L] = 1.0
+    lower = np.zeros(nv)
+    lower[T:T + L] = -np.inf  # a backward that frees its input as it reads it: bwd_tmp < 0
     result = optimize.milp(objective, constraints=constraints, integrality=integrality,
-                           bounds=optimize.Bounds(np.zeros(nv), upper),
+                           bounds=optimize.Bounds(lower, upper),
                            options={"time_limit": time_limit, "mip_rel_gap": 0.0})
     seconds = timer.perf_counter() - start
     if result.status == 2:  # no point fits: no sequence does
