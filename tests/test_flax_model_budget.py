@@ -98,22 +98,48 @@ def _flops(model, loss_fn, *batch):
     return lowered_costs(jax.grad(step), params, rest, *batch)["flops"]
 
 
-@pytest.fixture(scope="module", params=CASES.keys())
-def case(request):
-    make, cls, before, after, loss_fn, batch = CASES[request.param]()
+def _build(name):
+    make, cls, before, after, loss_fn, batch = CASES[name]()
     plain = jaxremat.flax.activation_memory(make(_plain(cls, before, after)), loss_fn, *batch)
     every_model = make(_every_block(cls, before, after))
     every = jaxremat.flax.activation_memory(every_model, loss_fn, *batch)
-    return dict(name=request.param, make=lambda: make(cls), loss_fn=loss_fn, batch=batch,
-                plain=plain, every=every, every_flops=_flops(every_model, loss_fn, *batch))
+    fits = {}
+
+    def fit(share):
+        """The model fitted at ``share`` of the plain step, and its plan: fitted once per
+        module (a fit measures the whole step many times), for every test that reads it."""
+        if share not in fits:
+            model = make(cls)
+            model.remat_budget = int(share * plain)
+            fits[share] = model, model.fit_blocks(loss_fn, *batch)
+        return fits[share]
+
+    return dict(name=name, make=lambda: make(cls), loss_fn=loss_fn, batch=batch,
+                plain=plain, every=every, every_flops=_flops(every_model, loss_fn, *batch),
+                fit=fit)
 
 
-@pytest.mark.parametrize("share", [0.8, 0.6])
-def test_the_measured_whole_step_is_within_the_budget(case, share):
-    model = case["make"]()
+@pytest.fixture(scope="module")
+def cases():
+    """``cases(name)``: the model's case, built once per module on first use."""
+    built = {}
+    return lambda name: built[name] if name in built else built.setdefault(name, _build(name))
+
+
+@pytest.fixture(scope="module", params=CASES.keys())
+def case(request, cases):
+    return cases(request.param)
+
+
+# One share per model by default (the whole step measured within the budget, the blocks
+# rematerialized to fit), the other in the slow tier.
+@pytest.mark.parametrize("name, share", [
+    ("gpt", 0.8), pytest.param("gpt", 0.6, marks=pytest.mark.slow),
+    pytest.param("resnet", 0.8, marks=pytest.mark.slow), ("resnet", 0.6)])
+def test_the_measured_whole_step_is_within_the_budget(cases, name, share):
+    case = cases(name)
+    model, plan = case["fit"](share)
     budget = int(share * case["plain"])
-    model.remat_budget = budget
-    plan = model.fit_blocks(case["loss_fn"], *case["batch"])
     measured = jaxremat.flax.activation_memory(model, case["loss_fn"], *case["batch"])
     assert measured == plan.scope.measured <= budget == plan.scope.budget
     assert plan.scope.no_remat == case["plain"]
@@ -147,12 +173,12 @@ def test_shares_are_of_the_whole_step_and_over_100_percent_is_no_remat(case):
         model.fit_blocks(case["loss_fn"], *case["batch"])
 
 
-def test_the_training_step_uses_the_fitted_plan(monkeypatch):
+def test_the_training_step_uses_the_fitted_plan(cases, monkeypatch):
     # (gradients equal the plain loop's: tests/test_flax_nnx.py, whose towers use this scope)
-    make, cls, _, _, loss_fn, (data,) = _gpt_case(depth=3, context=8, batch=4, dim=16)
-    model = make(cls)
-    model.remat_budget = "40%"
-    fitted = model.fit_blocks(loss_fn, data)
+    case = cases("gpt")
+    model, fitted = case["fit"](0.8)  # shared with test_the_measured_whole_step_is_within...
+    assert max(fitted.forward_counts) > 1
+    loss_fn, (data,) = case["loss_fn"], case["batch"]
     calls = []
     monkeypatch.setattr(model_scope, "activation_memory",
                         lambda *a, **k: calls.append(a) or 0)  # would break a new fit

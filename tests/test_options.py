@@ -36,6 +36,7 @@ from solver import (
 from solver.chain.exhaustive import replay
 from solver.chain.generators import with_random_options
 from test_exhaustive import unpruned_optimum
+from tiers import sweep
 
 INF = math.inf
 
@@ -101,7 +102,7 @@ def _read_in_part(draw, chain, extra, rec=False):
     return dataclasses.replace(chain, x_read_size=own, x_rec_size=kept)
 
 
-@settings(max_examples=120, deadline=None)
+@sweep(120, quick=40)
 @given(option_chains())
 def test_dp_is_exact_over_every_plan_and_option(chain):
     check_exact(chain)

@@ -29,6 +29,7 @@ from solver import (Chain, Checkpoint, Layer, RotorTable, chain_time_bound, exha
 from solver.chain.exhaustive import replay
 from test_exhaustive import unpruned_optimum
 from test_options import option_chains
+from tiers import sweep
 from jaxremat import activation_memory, remat_sequence
 from jaxremat.sequence.apply import apply_plan
 from jaxremat.sequence.profile import profile_sequence
@@ -73,7 +74,7 @@ def _with_own_reads(draw, chain):
         options=dataclasses.replace(table, x_own_read_size=own))
 
 
-@settings(max_examples=60, deadline=None)
+@sweep(60, quick=20)
 @given(st.data())
 def test_the_dp_is_exact_with_own_reads(data):
     """Rotor's DP and the min-peak DP, with a context for a copy on its own beside the one in
