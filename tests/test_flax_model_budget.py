@@ -177,7 +177,7 @@ def test_the_training_step_uses_the_fitted_plan(cases, monkeypatch):
     # (gradients equal the plain loop's: tests/test_flax_nnx.py, whose towers use this scope)
     case = cases("gpt")
     model, fitted = case["fit"](0.8)  # shared with test_the_measured_whole_step_is_within...
-    assert max(fitted.forward_counts) > 1
+    assert max(fitted.forward_counts) > 1 or set(fitted.options) != {"everything"}  # remats
     loss_fn, (data,) = case["loss_fn"], case["batch"]
     calls = []
     monkeypatch.setattr(model_scope, "activation_memory",
