@@ -31,6 +31,9 @@ through this module, with a fallback that is tested (tests/test_jax_compat.py):
   ``params["num_consts"]`` of them on JAX 0.10-0.11; on 0.12 the leaves of the first of
   ``params["ft_in"]``'s three groups (constants, carries, scanned inputs; a flat tree,
   ``unpack()``): :func:`scan_num_consts` (0 where neither is found).
+* **New variables** (``jax.extend.core.Var(aval)`` on 0.10-0.12; 0.10 also takes quasi-dynamic
+  data): :func:`new_var`, used to make a symbolic program concrete
+  (:mod:`jaxremat.measure.symbolic`).
 * **Memory spaces** (host offload, issue 17): a value offloaded by a checkpoint policy has an
   aval whose ``memory_space`` is ``MemorySpace.Host`` (0.10-0.12 print it ``f32<host>[4]``);
   :func:`in_host_memory` reads it (``False`` when avals have no memory space).
@@ -43,7 +46,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax
-from jax.extend.core import ClosedJaxpr, Jaxpr, jaxprs_in_params
+from jax.extend.core import ClosedJaxpr, Jaxpr, Var, jaxprs_in_params
 
 __all__ = [
     "AD_TRACERS",
@@ -52,6 +55,7 @@ __all__ = [
     "CALL_PRIMITIVES",
     "check_known",
     "close_jaxpr",
+    "new_var",
     "checkpoint_split",
     "dce_jaxpr",
     "host_memory_kind",
@@ -245,3 +249,8 @@ def host_memory_kind(device: Any = None) -> str | None:
 JAX_VERSION: tuple[int, ...] = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 """The running JAX version, e.g. ``(0, 12, 0)``: for messages and benchmarks only; the code
 decides from the program, not from the version."""
+
+
+def new_var(aval: Any) -> Any:
+    """A fresh jaxpr variable of abstract value ``aval``."""
+    return Var(aval)

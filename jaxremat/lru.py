@@ -15,10 +15,11 @@ class LRU:
     threads may share an instance (callers that must compute a missing entry once hold their
     own lock around get-compute-put)."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, clears: tuple["LRU", ...] = ()) -> None:
         if maxsize < 1:
             raise ValueError(f"maxsize must be at least 1, got {maxsize}.")
         self.maxsize = maxsize
+        self._clears = clears  # caches derived from this one: cleared with it
         self._data: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -41,8 +42,11 @@ class LRU:
             return tuple(self._data.values())
 
     def clear(self) -> None:
+        """Forget every entry, and those of the caches given as ``clears``."""
         with self._lock:
             self._data.clear()
+        for other in self._clears:
+            other.clear()
 
     def __len__(self) -> int:
         with self._lock:

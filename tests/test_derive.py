@@ -28,8 +28,9 @@ def _replan(layers, params, x, new, derive_it, monkeypatch):
     and how many ``input_grad=False`` traces the second plan ran."""
     profile_cache().clear()
     with monkeypatch.context() as patch:
-        if not derive_it:
+        if not derive_it:  # traced: neither derived nor instantiated (jaxremat.sequence.polymorphic)
             patch.setattr(profile_module, "_derived_profile", lambda *args: None)
+            patch.setattr(profile_module, "instantiating_tracer", lambda *args: None)
         remat_sequence(layers, "50%").plan(params, x)
         traced = []
         original = trace_module.trace_layer

@@ -27,7 +27,7 @@ from .liveness import device_nbytes
 from .meter import aval_nbytes, inputs_read, program_memory
 from ..trees import cotangent_struct, tree_bytes
 
-__all__ = ["TracedLayer", "trace_layer", "trace_linearized", "trace_once", "tape_forward",
+__all__ = ["TracedLayer", "VjpPrograms", "trace_layer", "traced_programs", "vjp_programs", "trace_linearized", "trace_once", "tape_forward",
            "tape_jaxpr", "tape_signature", "transients", "plain_forward_tmp",
            "without_input_grad", "mark_live"]
 
@@ -359,18 +359,23 @@ def _traced_with_function(make: Callable[[Any, Any], tuple[Any, Any]], p: Any, x
     return closed, output, leaves, found[-1]
 
 
-def trace_layer(
-    layer: Callable, p: Any, x: Any, index: int, *, input_grad: bool = True
-) -> TracedLayer:
-    """Trace ``jax.vjp(layer, p, x)`` and its pullback on abstract ``p`` and ``x``.
+@dataclasses.dataclass(frozen=True)
+class VjpPrograms:
+    """The programs of ``jax.vjp(layer, p, x)`` traced on abstract ``p`` and ``x``, before
+    anything is measured on them (shapes may be symbolic: :mod:`jaxremat.measure.symbolic`).
+    Fields as :class:`TracedLayer`'s of the same names."""
 
-    With ``input_grad=False`` only the parameters are differentiated (``x`` is a constant
-    of the vjp), as ``jax.grad`` does for the first layer when the sequence's input is not
-    differentiated: the backward then computes no ``g[0]``.
+    forward: ClosedJaxpr
+    output: Any
+    residuals: tuple[Any, ...]
+    pullback: Callable[..., Any]
+    cotangent: Any
+    backward: ClosedJaxpr
 
-    Raises ``ValueError``/``TypeError`` naming ``index`` when the layer cannot be traced on
-    ``x`` (e.g. the previous layer's output does not fit it).
-    """
+
+def vjp_programs(layer: Callable, p: Any, x: Any, index: int, *, input_grad: bool = True
+                 ) -> VjpPrograms:
+    """The forward and backward jaxprs of ``jax.vjp(layer, p, x)`` (:func:`trace_layer`)."""
     if input_grad:
         vjp = lambda p, x: jax.vjp(layer, p, x)  # noqa: E731
     else:
@@ -385,8 +390,23 @@ def trace_layer(
 
     cotangent = jax.tree.map(cotangent_struct, output)
     backward = jax.make_jaxpr(_pullback_for_memory(pullback))(residuals, cotangent)
-    return _traced_layer(forward, output, tuple(residuals), pullback, cotangent, backward,
-                         len(jax.tree.leaves(x)))
+    return VjpPrograms(forward, output, tuple(residuals), pullback, cotangent, backward)
+
+
+def trace_layer(
+    layer: Callable, p: Any, x: Any, index: int, *, input_grad: bool = True
+) -> TracedLayer:
+    """Trace ``jax.vjp(layer, p, x)`` and its pullback on abstract ``p`` and ``x``.
+
+    With ``input_grad=False`` only the parameters are differentiated (``x`` is a constant
+    of the vjp), as ``jax.grad`` does for the first layer when the sequence's input is not
+    differentiated: the backward then computes no ``g[0]``.
+
+    Raises ``ValueError``/``TypeError`` naming ``index`` when the layer cannot be traced on
+    ``x`` (e.g. the previous layer's output does not fit it).
+    """
+    return traced_programs(vjp_programs(layer, p, x, index, input_grad=input_grad),
+                           len(jax.tree.leaves(x)))
 
 
 def trace_linearized(layer: Callable, p: Any, x: Any) -> tuple[ClosedJaxpr, ClosedJaxpr, int]:
@@ -412,10 +432,16 @@ def trace_linearized(layer: Callable, p: Any, x: Any) -> tuple[ClosedJaxpr, Clos
                                         tree_bytes(output), used)
 
 
+def traced_programs(programs: VjpPrograms, num_x: int) -> TracedLayer:
+    """The :class:`TracedLayer` of a vjp's programs on concrete shapes (what the pullback
+    reads, the tape, the input and output leaves it reads, the inputs the tape needs);
+    ``num_x``: the number of the input's leaves."""
+    return _traced_layer(programs.forward, programs.output, programs.residuals,
+                         programs.pullback, programs.cotangent, programs.backward, num_x)
+
+
 def _traced_layer(forward: ClosedJaxpr, output: Any, residuals: tuple, pullback: Callable,
                   cotangent: Any, backward: ClosedJaxpr, num_x: int) -> TracedLayer:
-    """The :class:`TracedLayer` of a vjp's forward and backward jaxprs (what the pullback
-    reads, the tape, the input and output leaves it reads, the inputs the tape needs)."""
     used = tuple(inputs_read(backward)[:len(residuals)])
     num_outputs = len(jax.tree.leaves(output))
     tape = _tape_bytes(forward, num_outputs, tree_bytes(output), used)

@@ -22,19 +22,19 @@ from typing import Any, Callable
 
 from ..measure.trace import TracedLayer, trace_layer, without_input_grad
 from .layer import LayerProfile
-from .options import Tracer
+from .options import Tracer, trace
 
 __all__ = ["deriving_tracer", "recording_tracer", "same_profile"]
 
 
-def recording_tracer(recorded: dict[str, Any]) -> Tracer:
-    """A tracer that traces as usual and keeps each option's :class:`TracedLayer` (or the
-    exception its trace raised) in ``recorded`` by option name."""
+def recording_tracer(recorded: dict[str, Any], inner: Tracer = trace) -> Tracer:
+    """A tracer that traces with ``inner`` and keeps each option's :class:`TracedLayer` (or
+    the exception its trace raised) in ``recorded`` by option name."""
 
     def tracer(layer: Callable, p: Any, x: Any, index: int, input_grad: bool, name: str
                ) -> TracedLayer:
         try:
-            found = trace_layer(layer, p, x, index, input_grad=input_grad)
+            found = inner(layer, p, x, index, input_grad, name)
         except Exception as error:  # noqa: BLE001 - kept, then raised as before
             recorded[name] = error
             raise

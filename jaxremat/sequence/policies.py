@@ -61,7 +61,7 @@ from .searched import SEARCHED, search
 
 __all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
            "check_policies", "layer_menu", "marked_names", "menu_for", "name_groups",
-           "offload_policy"]
+           "offload_policy", "shape_free"]
 
 _BUILTIN: dict[str, Callable[..., bool]] = {
     "dots": jax.checkpoint_policies.dots_saveable,
@@ -111,6 +111,16 @@ def offload_policy(name: str, names: Sequence[str] = (), *,
             names_which_can_be_saved=[], names_which_can_be_offloaded=list(names),
             offload_src="device", offload_dst=dst)
     raise ValueError(f"{name!r} is not an offload policy; those are {OFFLOAD_POLICIES}.")
+
+
+def shape_free(option: str) -> bool:
+    """Whether option ``option``'s policy decides from primitives, dimension numbers and
+    names alone, never from sizes, so that one program traced with a symbolic batch size
+    stands for every batch size (:mod:`jaxremat.sequence.polymorphic`): the whole tape,
+    JAX's dots policies, marked names and their offload forms; not the searched and ranked
+    options (keyed by shapes and contraction sizes) nor a user's callable."""
+    return (option in ("everything", "dots", "dots_no_batch", "offload_dots_no_batch")
+            or option.startswith(("names:", "offload_names:")))
 
 
 def _valid_names() -> str:

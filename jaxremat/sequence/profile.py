@@ -143,25 +143,25 @@ sequence can be profiled while an outer ``jax.jit`` / ``jax.grad`` / ``jax.vmap`
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from typing import Any, Callable, Sequence
 
 import jax
 
 from solver import Chain
 
-from ..lru import LRU
 from ..measure.jaxpr_facts import shared_equations
-from ..measure.offload import offload_key
 from ..measure.trace import trace_once
-from ..trees import abstractify, check_layers, check_params, leaf_bytes, signature, tree_bytes
+from ..trees import abstractify, check_layers, check_params, leaf_bytes, tree_bytes
 from .layer import (COSTS, PEAK_BANDWIDTH, PEAK_FLOPS, LayerProfile, OptionProfile, Profile,
                     forward_costs, layer_costs, roofline_time)
 from .calibration import CostMeter, Uncalibrated, lowering_memo, meter_for
 from .held import inputs_freed, own_read_sizes, read_sizes, rec_sizes
 from .derive import deriving_tracer, recording_tracer, same_profile
 from .options import Tracer, layer_options, trace, with_options
-from .policies import OFFLOAD_POLICIES, check_policies
+from .cache import (cache_key, cached, calibration_key, derived_key,
+                    profile_cache, remember, symbolic_key, with_input_grad)
+from .polymorphic import instantiating_tracer, recording_symbolic
+from .policies import check_policies
 
 __all__ = [
     "PEAK_FLOPS",
@@ -175,10 +175,6 @@ __all__ = [
     "roofline_time",
 ]
 
-PROFILE_CACHE_SIZE = 1024
-"""Layer profiles kept across calls (:func:`profile_cache`)."""
-
-_PROFILES = LRU(PROFILE_CACHE_SIZE)
 
 def _profile_one(
     layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int, input_grad: bool,
@@ -229,93 +225,61 @@ def _layer_profile(
     return profile, traced.output
 
 
-def profile_cache() -> LRU:
-    """The module-wide cache of layer profiles (bounded LRU, thread-safe).
-
-    Keyed by the layer function's identity and the abstract signature of its parameters and
-    input (pytree structures, shapes, dtypes), whether its input is differentiated, the
-    cost model and the policy menu. An entry holds only numbers and shapes: the
-    :class:`LayerProfile` (with index 0), the output's ``ShapeDtypeStruct`` tree, and a weak
-    reference to the layer that tells a reused ``id`` from the same function (no traced
-    program, no closure over arrays). Identical blocks, and the same layers in a new
-    :class:`jaxremat.RematSequence`, are profiled once. Entries whose key starts with
-    ``"calibration"`` hold, per layer and input structure (shapes left out), the lowered and
-    counted costs of its pieces at the first shape profiled, from which later shapes scale
-    their counts instead of lowering (:mod:`jaxremat.sequence.calibration`); those starting
-    with ``"derived"`` mark a layer whose profile without the input's gradient is derived from
-    the one with it at later shapes (:mod:`jaxremat.sequence.derive`; a flag, no program).
-    ``profile_cache().clear()`` forgets them all (e.g. after redefining a layer's behaviour
-    through global state).
-    """
-    return _PROFILES
-
-
-def _cache_key(layer: Callable, p: Any, x: Any, input_grad: bool, costs: str, menu: tuple,
-               repeats: int) -> tuple:
-    menu_key = tuple(m if isinstance(m, str) else ("callable", id(m)) for m in menu)
-    if any(m in OFFLOAD_POLICIES for m in menu):  # offload options depend on the device
-        menu_key += offload_key(costs)
-    return (id(layer), signature(p), signature(x), input_grad, costs, menu_key,
-            repeats if costs == "measured" else 0)
-
-
-def _calibration_key(key: tuple) -> tuple:
-    """The key of a layer's cost calibration (:mod:`jaxremat.sequence.calibration`): the
-    profile's key with the input's shapes left out (its structure and dtypes kept)."""
-    treedef, leaves = key[2]
-    return ("calibration", key[0], key[1],
-            (treedef, tuple((len(leaf[0]),) + leaf[1:] for leaf in leaves)), *key[3:])
-
-
-def _cached(key: tuple, layer: Callable) -> tuple[Any, Any] | None:
-    found = _PROFILES.get(key)
-    if found is None or found[0]() is not layer:  # a dead function's id, reused
-        return None
-    return found[1], found[2]
-
-
-def _remember(key: tuple, layer: Callable, value: Any, output: Any) -> None:
-    try:
-        ref = weakref.ref(layer)
-    except TypeError:  # no weak references (e.g. some builtins): do not keep it across calls
-        return
-    if isinstance(value, LayerProfile):
-        value = dataclasses.replace(value, index=0)
-    _PROFILES.put(key, (ref, value, output))
-
-
 def _profile_new(layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int,
                  input_grad: bool, menu: tuple, key: tuple) -> tuple[LayerProfile, Any]:
     """Profile a layer the cache does not hold, with the calibration of an earlier shape of
     it when there is one, and keep the calibration for later shapes. Without the input's
     gradient, at a later shape, derived from the profile with it where that was checked
-    (:mod:`jaxremat.sequence.derive`; that profile is then cached too)."""
-    calibration_key = _calibration_key(key)
-    reference = _cached(calibration_key, layer)
+    (:mod:`jaxremat.sequence.derive`; that profile is then cached too). At a later batch
+    size its options' programs are instantiated from symbolic ones where the first shape
+    kept them (:mod:`jaxremat.sequence.polymorphic`), else traced."""
+    calibrated = calibration_key(key)
+    reference = cached(calibrated, layer)
     meter = meter_for(reference[0] if reference else None, costs)
-    if reference is not None and not input_grad and _cached(_derived_key(key), layer):
+    if reference is not None and not input_grad and cached(derived_key(key), layer):
         found = _derived_profile(layer, p, x, index, costs, repeats, menu, key)
         if found is not None:
             return found
+    memo: dict[str, Any] = {}  # the layer traced once at a later shape, for every attempt
+    tracer, keep = trace, None
+    if reference is not None and meter.scale:
+        found = _instantiated(layer, p, x, index, costs, repeats, input_grad, menu, key,
+                              reference[0], memo)
+        if found is not None:
+            return found
+    elif meter.scale and input_grad:  # without: derived at later shapes (derive.py)
+        tracer, keep = recording_symbolic(layer, p, x, symbolic_key(key), trace)
     recorded: dict[str, Any] = {}
     check = input_grad and reference is None and meter.scale
     found = _profile_one(layer, p, x, index, costs, repeats, input_grad, menu, meter,
-                         recording_tracer(recorded) if check else trace)
+                         recording_tracer(recorded, tracer) if check else tracer, memo)
+    if keep is not None:
+        keep()
     if meter.scale and (reference is None or meter.found):
-        _remember(calibration_key, layer, meter.calibration(), None)
+        remember(calibrated, layer, meter.calibration(), None)
     if check:
         _check_derived(layer, p, x, costs, repeats, menu, key, recorded)
     return found
 
 
-def _with_input_grad(key: tuple, input_grad: bool) -> tuple:
-    """``key`` (:func:`_cache_key`) with ``input_grad`` set."""
-    return key[:3] + (input_grad,) + key[4:]
-
-
-def _derived_key(key: tuple) -> tuple:
-    """The key of the mark that ``key``'s layer (any input shapes) may be derived."""
-    return ("derived",) + _calibration_key(_with_input_grad(key, False))
+def _instantiated(layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int,
+                  input_grad: bool, menu: tuple, key: tuple, reference: Any, memo: dict
+                  ) -> tuple[LayerProfile, Any] | None:
+    """The profile at a later batch size from the options' symbolic programs
+    (:func:`jaxremat.sequence.polymorphic.instantiating_tracer`), its calibration kept;
+    ``None`` where there are none or a piece would need lowering."""
+    tracer = instantiating_tracer(layer, x, symbolic_key(key), memo, trace)
+    if tracer is None:
+        return None
+    meter = meter_for(reference, costs)
+    try:
+        found = _profile_one(layer, p, x, index, costs, repeats, input_grad, menu, meter,
+                             tracer, memo)
+    except Uncalibrated:
+        return None
+    if meter.found:
+        remember(calibration_key(key), layer, meter.calibration(), None)
+    return found
 
 
 def _check_derived(layer: Callable, p: Any, x: Any, costs: str, repeats: int, menu: tuple,
@@ -323,10 +287,10 @@ def _check_derived(layer: Callable, p: Any, x: Any, costs: str, repeats: int, me
     """At a layer's first shape, profiled without the input's gradient (first) and with it
     (traced into ``recorded``): mark it derivable if the profile derived from ``recorded``
     equals the traced one in every field and every piece's count term by term."""
-    without = _with_input_grad(key, False)
-    traced = _cached(without, layer)
-    calibration = _cached(_calibration_key(without), layer)
-    if traced is None or calibration is None or _cached(_derived_key(key), layer):
+    without = with_input_grad(key, False)
+    traced = cached(without, layer)
+    calibration = cached(calibration_key(without), layer)
+    if traced is None or calibration is None or cached(derived_key(key), layer):
         return
     meter = CostMeter(reference=calibration[0], strict="same")
     tracer = deriving_tracer(recorded, len(jax.tree.leaves(p)), len(jax.tree.leaves(x)))
@@ -335,7 +299,7 @@ def _check_derived(layer: Callable, p: Any, x: Any, costs: str, repeats: int, me
     except Uncalibrated:
         return
     if same_profile(found[0], traced[0]):
-        _remember(_derived_key(key), layer, True, None)
+        remember(derived_key(key), layer, True, None)
 
 
 def _derived_profile(layer: Callable, p: Any, x: Any, index: int, costs: str, repeats: int,
@@ -343,24 +307,25 @@ def _derived_profile(layer: Callable, p: Any, x: Any, index: int, costs: str, re
     """The profile without the input's gradient at a later shape, derived from the one with
     it (profiled and cached here); ``None`` where a piece would need lowering or the layer
     fails to trace (the caller then traces it)."""
-    with_grad = _with_input_grad(key, True)
-    calibration_key = _calibration_key(with_grad)
-    reference = _cached(calibration_key, layer)
+    with_grad = with_input_grad(key, True)
+    calibrated = calibration_key(with_grad)
+    reference = cached(calibrated, layer)
     if reference is None:
         return None
     meter = meter_for(reference[0], costs)
     recorded: dict[str, Any] = {}
     memo: dict[str, Any] = {}  # the layer traced once, for both profiles
+    inner = instantiating_tracer(layer, x, symbolic_key(with_grad), memo, trace) or trace
     try:
         found = _profile_one(layer, p, x, index, costs, repeats, True, menu, meter,
-                             recording_tracer(recorded), memo)
+                             recording_tracer(recorded, inner), memo)
     except Exception:  # noqa: BLE001 - traced again without the gradient, which names it
         return None
-    _remember(with_grad, layer, *found)
+    remember(with_grad, layer, *found)
     if meter.found:
-        _remember(calibration_key, layer, meter.calibration(), None)
-    without = _calibration_key(key)
-    strict = CostMeter(reference=_cached(without, layer)[0], strict="scaled")
+        remember(calibrated, layer, meter.calibration(), None)
+    without = calibration_key(key)
+    strict = CostMeter(reference=cached(without, layer)[0], strict="scaled")
     tracer = deriving_tracer(recorded, len(jax.tree.leaves(p)), len(jax.tree.leaves(x)))
     try:
         return _layer_profile(layer, p, x, index, costs, repeats, False, menu, strict,
@@ -430,14 +395,14 @@ def profile_sequence(
         for i in indices:
             sizes.append([leaf_bytes(leaf) for leaf in jax.tree.leaves(current)])
             needs_input_grad = input_grad or i > 0
-            key = _cache_key(layers[i], abstract_params[i], current, needs_input_grad, costs, menu,
-                             repeats)
-            hit = memo.get(key) or _cached(key, layers[i])
+            key = cache_key(layers[i], abstract_params[i], current, needs_input_grad, costs, menu,
+                            repeats)
+            hit = memo.get(key) or cached(key, layers[i])
             if hit is None:
                 with shared_equations():  # a layer's pieces share most equations
                     hit = _profile_new(layers[i], abstract_params[i], current, i, costs, repeats,
                                        needs_input_grad, menu, key)
-                _remember(key, layers[i], *hit)
+                remember(key, layers[i], *hit)
             memo[key] = hit
             found, output = hit
             found = dataclasses.replace(found, index=i)

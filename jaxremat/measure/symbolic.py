@@ -1,0 +1,238 @@
+"""Programs traced once with a symbolic batch size, made concrete at each batch size (issue 18.4).
+
+Re-planning a layer at a new batch size traced its vjp again under every checkpoint policy
+of its menu: JAX's linearization and transposition, 30-50 ms a policy on a GPT-2 block,
+two thirds of a re-plan. The programs differ between batch sizes only in their shapes, so
+this module traces them once with the input's leading axis a symbolic dimension (JAX's
+shape polymorphism, ``jax.export.symbolic_shape``, the machinery of ``jax.export``) and
+substitutes each later batch size into the traced jaxprs (:func:`instantiate`: every
+aval's shape and every shape parameter, such as ``reshape``'s ``new_sizes``, in nested
+jaxprs too): about 4 ms a policy instead of a trace.
+
+Exactness is checked, not assumed: :func:`same_program` compares two jaxprs equation by
+equation (primitives, the dataflow between them, shapes and dtypes, parameters), and
+:mod:`jaxremat.sequence.polymorphic` uses a symbolic trace only where, at the shape traced
+concretely, its instantiation equals the concrete trace, and at each later shape only where
+the layer's plain forward, traced concretely as before, equals the symbolic one's
+instantiation (a layer's Python may branch on a shape). The symbol is at least 2: at a batch
+of one JAX lays programs out differently (``jnp.einsum`` squeezes the axis, a transpose sums
+over broadcast unit axes), so a batch of one is always traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+from jax import export
+from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
+
+from ..jax_compat import close_jaxpr, new_var
+
+__all__ = ["SymbolicInput", "batch_env", "instantiate", "instantiate_tree", "same_program",
+           "symbolic_input"]
+
+SYMBOL = "b"
+"""The name of the symbolic batch size."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SymbolicInput:
+    """An input pytree of ``ShapeDtypeStruct`` leaves whose leading axis is the symbol
+    :data:`SYMBOL` where ``batched`` says so (each such leaf had the same leading size)."""
+
+    x: Any
+    batched: tuple[bool, ...]
+    shapes: tuple[tuple[int, ...], ...]  # the concrete shapes it was made from
+
+
+def symbolic_input(x: Any) -> SymbolicInput | None:
+    """``x`` (``ShapeDtypeStruct`` leaves) with the leading axis of each leaf whose leading
+    size is the first leaf's made symbolic (``b >= 2``); ``None`` when that size is below 2
+    or no leaf has an axis."""
+    leaves, treedef = jax.tree.flatten(x)
+    sized = [leaf.shape[0] for leaf in leaves if len(leaf.shape)]
+    if not sized or sized[0] < 2:
+        return None
+    batch = sized[0]
+    (symbol,) = export.symbolic_shape(SYMBOL, constraints=(f"{SYMBOL} >= 2",))
+    batched = tuple(bool(len(leaf.shape)) and leaf.shape[0] == batch for leaf in leaves)
+    new = [jax.ShapeDtypeStruct((symbol,) + tuple(leaf.shape[1:]), leaf.dtype,
+                                weak_type=getattr(leaf, "weak_type", False))
+           if b else leaf for leaf, b in zip(leaves, batched)]
+    return SymbolicInput(jax.tree.unflatten(treedef, new), batched,
+                         tuple(tuple(leaf.shape) for leaf in leaves))
+
+
+def batch_env(symbolic: SymbolicInput, x: Any) -> dict[str, int] | None:
+    """``{SYMBOL: batch size}`` making ``symbolic`` into ``x``'s shapes, or ``None`` where
+    ``x`` differs from the shapes it was made from elsewhere than in the batched leading
+    axes, or its batch is below 2."""
+    leaves = jax.tree.leaves(x)
+    if len(leaves) != len(symbolic.shapes):
+        return None
+    batch = None
+    for leaf, batched, old in zip(leaves, symbolic.batched, symbolic.shapes):
+        shape = tuple(leaf.shape)
+        if len(shape) != len(old) or shape[1:] != old[1:]:
+            return None
+        if batched:
+            if batch not in (None, shape[0]):
+                return None
+            batch = shape[0]
+        elif shape[:1] != old[:1]:
+            return None
+    if batch is None or batch < 2:
+        return None
+    return {SYMBOL: int(batch)}
+
+
+def _dim(d: Any, env: Mapping[str, int]) -> Any:
+    evaluate = getattr(d, "_evaluate", None)  # jax._src.export.shape_poly._DimExpr
+    if evaluate is None or isinstance(d, (int, np.integer)):
+        return d
+    return int(evaluate(dict(env)))
+
+
+def _shape(shape: Any, env: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(_dim(d, env) for d in shape)
+
+
+def _aval(aval: Any, env: Mapping[str, int]) -> Any:
+    shape = getattr(aval, "shape", None)
+    if shape is None or not hasattr(aval, "update"):
+        return aval
+    new = _shape(shape, env)
+    return aval if new == tuple(shape) else aval.update(shape=new)
+
+
+def _param(value: Any, env: Mapping[str, int], memo: dict) -> Any:
+    if isinstance(value, ClosedJaxpr):
+        return _closed(value, env, memo)
+    if isinstance(value, Jaxpr):
+        return _jaxpr(value, env, memo)
+    if isinstance(value, (tuple, list)):
+        new = [_param(v, env, memo) for v in value]
+        if all(a is b for a, b in zip(new, value)):
+            return value
+        if isinstance(value, list):
+            return new
+        return type(value)(*new) if hasattr(value, "_fields") else tuple(new)
+    if hasattr(value, "_evaluate") and not isinstance(value, (int, np.integer)):
+        return _dim(value, env)
+    return value
+
+
+def _jaxpr(jaxpr: Jaxpr, env: Mapping[str, int], memo: dict) -> Jaxpr:
+    if id(jaxpr) in memo:
+        return memo[id(jaxpr)][1]
+    names: dict[Any, Any] = {}
+
+    def var(v: Any) -> Any:
+        if isinstance(v, Literal):
+            return v
+        found = names.get(v)
+        if found is None:
+            found = names[v] = new_var(_aval(v.aval, env))
+        return found
+
+    constvars = [var(v) for v in jaxpr.constvars]
+    invars = [var(v) for v in jaxpr.invars]
+    eqns = [eqn.replace(invars=[var(v) for v in eqn.invars],
+                        outvars=[var(v) for v in eqn.outvars],
+                        params={k: _param(v, env, memo) for k, v in eqn.params.items()})
+            for eqn in jaxpr.eqns]
+    new = jaxpr.replace(constvars=constvars, invars=invars,
+                        outvars=[var(v) for v in jaxpr.outvars], eqns=eqns)
+    memo[id(jaxpr)] = (jaxpr, new)  # the original kept alive: its id stays its own
+    return new
+
+
+def _closed(closed: ClosedJaxpr, env: Mapping[str, int], memo: dict) -> ClosedJaxpr:
+    return close_jaxpr(_jaxpr(closed.jaxpr, env, memo), closed.consts)
+
+
+def instantiate(closed: ClosedJaxpr, env: Mapping[str, int], memo: dict | None = None
+                ) -> ClosedJaxpr:
+    """``closed`` with every symbolic dimension evaluated in ``env`` (``{name: size}``):
+    the avals of its variables and every shape in its equations' parameters, nested jaxprs
+    included. ``memo`` shares nested jaxprs between the programs of one layer."""
+    return _closed(closed, env, {} if memo is None else memo)
+
+
+def instantiate_tree(tree: Any, env: Mapping[str, int]) -> Any:
+    """A pytree of ``ShapeDtypeStruct`` leaves with symbolic dimensions evaluated."""
+    return jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(_shape(s.shape, env), s.dtype,
+                                       weak_type=getattr(s, "weak_type", False)), tree)
+
+
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), np.dtype, np.generic, np.ndarray)
+
+
+def _same_array(a: Any, b: Any) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()  # NaN too
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, (ClosedJaxpr, Jaxpr)):  # closed over its own variables: its own pairs
+        return type(a) is type(b) and _same_jaxpr(getattr(a, "jaxpr", a), getattr(b, "jaxpr", b),
+                                                  {})
+    if isinstance(a, (tuple, list)):
+        return (isinstance(b, (tuple, list)) and len(a) == len(b)
+                and all(_same_value(x, y) for x, y in zip(a, b)))
+    if isinstance(a, (np.ndarray, np.generic)):
+        return isinstance(b, (np.ndarray, np.generic)) and _same_array(a, b)
+    try:
+        if a == b:
+            return True
+    except Exception:  # noqa: BLE001 - values that do not compare: told apart by type below
+        pass
+    # Plain data must be equal; anything else of one type is an object a trace makes anew
+    # (custom_jvp/custom_vjp thunks, wrapped functions, policies), whose programs are the
+    # nested jaxprs compared beside it.
+    return type(a) is type(b) and not isinstance(a, _PLAIN)
+
+
+def _same_var(a: Any, b: Any, pairs: dict) -> bool:
+    if isinstance(a, Literal) or isinstance(b, Literal):
+        return (isinstance(a, Literal) and isinstance(b, Literal) and a.aval == b.aval
+                and _same_array(a.val, b.val))
+    if a.aval != b.aval:
+        return False
+    found = pairs.setdefault(a, b)
+    return found is b
+
+
+def _same_jaxpr(a: Jaxpr, b: Jaxpr, pairs: dict) -> bool:
+    if (len(a.eqns) != len(b.eqns) or len(a.invars) != len(b.invars)
+            or len(a.constvars) != len(b.constvars) or len(a.outvars) != len(b.outvars)):
+        return False
+    if not all(_same_var(x, y, pairs) for x, y in zip(a.constvars + a.invars,
+                                                     b.constvars + b.invars)):
+        return False
+    for e, f in zip(a.eqns, b.eqns):
+        if (e.primitive is not f.primitive or len(e.invars) != len(f.invars)
+                or len(e.outvars) != len(f.outvars) or e.params.keys() != f.params.keys()):
+            return False
+        if not all(_same_var(x, y, pairs) for x, y in zip(e.invars, f.invars)):
+            return False
+        if not all(_same_value(e.params[k], f.params[k]) for k in e.params):
+            return False
+        if not all(_same_var(x, y, pairs) for x, y in zip(e.outvars, f.outvars)):
+            return False
+    return all(_same_var(x, y, pairs) for x, y in zip(a.outvars, b.outvars))
+
+
+def same_program(a: ClosedJaxpr, b: ClosedJaxpr) -> bool:
+    """Whether two jaxprs are the same program: equal primitives in the same order, the
+    same dataflow, equal avals (shape, dtype, weak type) and parameters, nested jaxprs
+    compared alike; constants by shape and dtype (their values come from the same code),
+    callable parameters (``custom_jvp`` thunks, policies) not compared beyond the jaxprs
+    they come with."""
+    if [np.shape(c) for c in a.consts] != [np.shape(c) for c in b.consts]:
+        return False
+    return _same_jaxpr(a.jaxpr, b.jaxpr, {})

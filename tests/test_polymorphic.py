@@ -1,0 +1,166 @@
+"""Programs traced with a symbolic batch size, instantiated at each later one (issue 18.4,
+jaxremat.measure.symbolic, jaxremat.sequence.polymorphic): the instantiated programs are the
+traced ones, the re-planned profile equals tracing it, field by field, without tracing the
+shape-free options; and every case where it must trace instead."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from blocks import case
+from jaxremat.measure import symbolic
+from jaxremat.measure.symbolic import batch_env, instantiate, same_program, symbolic_input
+from jaxremat.measure.trace import trace_layer, vjp_programs
+from jaxremat.sequence import polymorphic
+from jaxremat.sequence import profile as profile_module
+from jaxremat.sequence.derive import same_profile
+from jaxremat.sequence.profile import profile_cache, profile_sequence
+from jaxremat.trees import abstractify
+
+BLOCKS = ("mlp", "attention", "marked attention", "conv")
+
+
+def _abstract(name):
+    layer, p, x = case(name)
+    return layer, abstractify(p, "p"), abstractify(x, "x")
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+@pytest.mark.parametrize("policy", [None, jax.checkpoint_policies.dots_saveable])
+def test_instantiated_programs_are_the_traced_ones(name, policy):
+    """The vjp programs traced on a symbolic batch and instantiated at batch 2, 3 and 8 are,
+    equation by equation, those traced at that batch (forward and backward)."""
+    layer, p, x = _abstract(name)
+    if policy is not None:
+        layer = jax.checkpoint(layer, policy=policy, prevent_cse=True)
+    found = symbolic_input(x)
+    programs = vjp_programs(layer, p, found.x, 0)
+    for batch in (2, 3, 8):
+        concrete = jax.ShapeDtypeStruct((batch,) + x.shape[1:], x.dtype)
+        env = batch_env(found, concrete)
+        assert env == {symbolic.SYMBOL: batch}
+        traced = trace_layer(layer, p, concrete, 0)
+        assert same_program(instantiate(programs.forward, env), traced.forward)
+        assert same_program(instantiate(programs.backward, env), traced.backward)
+
+
+def test_same_program_tells_programs_apart():
+    """Other shapes, another primitive or another constant make another program; NaN
+    literals and a new trace of the same function do not."""
+    x = jax.ShapeDtypeStruct((4, 3), jnp.float32)
+    f = lambda x: jnp.where(x > 0, jnp.sin(x), jnp.nan)  # noqa: E731
+    assert same_program(jax.make_jaxpr(f)(x), jax.make_jaxpr(f)(x))
+    assert not same_program(jax.make_jaxpr(f)(x),
+                            jax.make_jaxpr(f)(jax.ShapeDtypeStruct((5, 3), jnp.float32)))
+    assert not same_program(jax.make_jaxpr(f)(x),
+                            jax.make_jaxpr(lambda x: jnp.where(x > 0, jnp.cos(x), jnp.nan))(x))
+    assert not same_program(jax.make_jaxpr(f)(x),
+                            jax.make_jaxpr(lambda x: jnp.where(x > 0, jnp.sin(x), 0.0))(x))
+    assert not same_program(jax.make_jaxpr(lambda x: x + x)(x),
+                            jax.make_jaxpr(lambda x: x + jnp.ones_like(x))(x))
+
+
+def test_batch_env_takes_only_a_new_batch_size():
+    """A new leading size of every batched leaf (at least 2) is a batch size; another axis,
+    a batch of one, or leaves that disagree are not."""
+    x = {"h": jax.ShapeDtypeStruct((4, 3), jnp.float32),
+         "m": jax.ShapeDtypeStruct((4,), jnp.int32), "w": jax.ShapeDtypeStruct((7,), jnp.float32)}
+    found = symbolic_input(x)
+    assert found.batched == (True, True, False)
+    new = lambda h, m, w: {"h": jax.ShapeDtypeStruct(h, jnp.float32),  # noqa: E731
+                           "m": jax.ShapeDtypeStruct(m, jnp.int32),
+                           "w": jax.ShapeDtypeStruct(w, jnp.float32)}
+    assert batch_env(found, new((6, 3), (6,), (7,))) == {symbolic.SYMBOL: 6}
+    assert batch_env(found, new((1, 3), (1,), (7,))) is None
+    assert batch_env(found, new((6, 4), (6,), (7,))) is None
+    assert batch_env(found, new((6, 3), (5,), (7,))) is None
+    assert batch_env(found, new((6, 3), (6,), (8,))) is None
+    assert symbolic_input(jax.ShapeDtypeStruct((1, 3), jnp.float32)) is None
+
+
+def _profiles(layers, params, x, new, input_grad, instantiate_it, monkeypatch):
+    """From a cold cache: profile at ``x``, then at ``new``; the second profile and the
+    options' vjp traces it ran."""
+    profile_cache().clear()
+    with monkeypatch.context() as patch:
+        if not instantiate_it:
+            patch.setattr(profile_module, "instantiating_tracer", lambda *args: None)
+        profile_sequence(layers, params, x, input_grad=input_grad)
+        traced = []
+        original = vjp_programs
+
+        def counting(*args, **kwargs):
+            traced.append(args)
+            return original(*args, **kwargs)
+
+        patch.setattr("jaxremat.measure.trace.vjp_programs", counting)
+        found = profile_sequence(layers, params, new, input_grad=input_grad)
+    profile_cache().clear()
+    return found, len(traced)
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_a_new_batch_size_is_instantiated_and_equals_tracing(name, input_grad, monkeypatch):
+    """Three equal blocks re-profiled at a batch of 3 (first at 8): no option is traced,
+    and every layer's profile and the chain equal those of tracing it."""
+    layer, p, x = case(name)
+    args = ([layer] * 3, [p] * 3, x, x[:3], input_grad)
+    found, count = _profiles(*args, True, monkeypatch)
+    traced, traced_count = _profiles(*args, False, monkeypatch)
+    assert count == 0 < traced_count
+    assert all(same_profile(a, b) for a, b in zip(found.layers, traced.layers, strict=True))
+    assert repr(found.chain) == repr(traced.chain)
+
+
+def test_a_batch_of_one_is_traced(monkeypatch):
+    """At a batch of one (JAX lays programs out differently) the options are traced."""
+    layer, p, x = case("attention")
+    found, count = _profiles([layer] * 2, [p] * 2, x, x[:1], True, True, monkeypatch)
+    assert count > 0
+    profile_cache().clear()
+    fresh = profile_sequence([layer] * 2, [p] * 2, x[:1])
+    assert all(a.tape_bytes == b.tape_bytes and a.bwd_tmp == b.bwd_tmp
+               for a, b in zip(found.layers, fresh.layers, strict=True))
+
+
+def test_a_layer_that_branches_on_the_batch_size_is_traced(monkeypatch):
+    """A layer whose Python branches on the batch size traces one program symbolically;
+    at a batch where the concrete branch differs its plain forward does not match, and the
+    options are traced (the profile is the traced one)."""
+    def layer(p, x):
+        return jnp.tanh(x @ p) * (2.0 if x.shape[0] == 4 else 3.0)
+
+    p = jnp.ones((5, 5)) / 5
+    x = jnp.ones((8, 5))
+    found, count = _profiles([layer] * 2, [p] * 2, x, x[:4], True, True, monkeypatch)
+    assert count > 0
+    same, count = _profiles([layer] * 2, [p] * 2, x, x[:6], True, True, monkeypatch)
+    assert count == 0  # where the branch agrees, instantiated
+    traced, _ = _profiles([layer] * 2, [p] * 2, x, x[:4], True, False, monkeypatch)
+    assert all(same_profile(a, b) for a, b in zip(found.layers, traced.layers, strict=True))
+
+
+def test_a_layer_needing_concrete_sizes_is_traced(monkeypatch):
+    """A layer whose Python needs a concrete batch size cannot be traced symbolically: no
+    programs are kept, and later shapes trace it."""
+    def layer(p, x):
+        return x @ p + jnp.arange(int(x.shape[0]), dtype=x.dtype)[:, None]
+
+    p = jnp.ones((5, 5)) / 5
+    found, count = _profiles([layer] * 2, [p] * 2, jnp.ones((8, 5)), jnp.ones((3, 5)), True, True,
+                             monkeypatch)
+    assert count > 0 and found.chain.length == 2
+
+
+def test_kept_programs_are_bounded_and_cleared_with_the_profiles():
+    """The programs cache is the bounded LRU that ``profile_cache().clear()`` clears."""
+    layer, p, x = case("mlp")
+    profile_cache().clear()
+    profile_sequence([layer], [p], x)
+    assert len(polymorphic.PROGRAMS) == 1
+    assert polymorphic.PROGRAMS.maxsize <= 64
+    profile_cache().clear()
+    assert len(polymorphic.PROGRAMS) == 0
