@@ -164,3 +164,31 @@ def test_kept_programs_are_bounded_and_cleared_with_the_profiles():
     assert polymorphic.PROGRAMS.maxsize <= 64
     profile_cache().clear()
     assert len(polymorphic.PROGRAMS) == 0
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_the_first_shape_instantiated_equals_tracing(name, monkeypatch):
+    """At the first shape the options are instantiated from symbolic traces: only the whole
+    tape and the first checkpointed option are also traced concretely (the checks), and
+    the profile and chain equal those of tracing every option."""
+    layer, p, x = case(name)
+    calls = []
+    original = trace_layer
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    profile_cache().clear()
+    with monkeypatch.context() as patch:
+        patch.setattr("jaxremat.sequence.options.trace_layer", counting)
+        found = profile_sequence([layer] * 2, [p] * 2, x)
+    assert len(calls) == 2  # one profile: equal blocks, the input differentiated
+    assert len(found.layers[0].options) + len(found.layers[0].dropped) >= 2
+    profile_cache().clear()
+    with monkeypatch.context() as patch:
+        patch.setattr(profile_module, "recording_symbolic", lambda *args: (args[-1], lambda: None))
+        traced = profile_sequence([layer] * 2, [p] * 2, x)
+    profile_cache().clear()
+    assert all(same_profile(a, b) for a, b in zip(found.layers, traced.layers, strict=True))
+    assert repr(found.chain) == repr(traced.chain)

@@ -27,7 +27,8 @@ from .liveness import device_nbytes
 from .meter import aval_nbytes, inputs_read, program_memory
 from ..trees import cotangent_struct, tree_bytes
 
-__all__ = ["TracedLayer", "VjpPrograms", "trace_layer", "traced_programs", "vjp_programs", "trace_linearized", "trace_once", "tape_forward",
+__all__ = ["TracedLayer", "VjpPrograms", "trace_layer", "traced_programs", "vjp_programs",
+           "trace_linearized", "trace_once", "replayed", "tape_forward",
            "tape_jaxpr", "tape_signature", "transients", "plain_forward_tmp",
            "without_input_grad", "mark_live"]
 
@@ -326,14 +327,7 @@ def trace_once(layer: Callable, p: Any, x: Any, index: int
         closed, output = jax.make_jaxpr(layer, return_shape=True)(p, x)
     except Exception as error:  # noqa: BLE001 - re-raised naming the layer
         raise _layer_error(index, x, error) from error
-    treedef = jax.tree.structure(output)
-    run = jaxpr_as_fun(closed)
-
-    def replay(p: Any, x: Any) -> Any:
-        return jax.tree.unflatten(treedef, run(*jax.tree.leaves((p, x))))
-
-    replay.__name__ = getattr(layer, "__name__", "layer")
-    return replay, closed
+    return replayed(closed, jax.tree.structure(output), getattr(layer, "__name__", "layer")), closed
 
 
 def _traced_with_function(make: Callable[[Any, Any], tuple[Any, Any]], p: Any, x: Any
@@ -371,11 +365,16 @@ class VjpPrograms:
     pullback: Callable[..., Any]
     cotangent: Any
     backward: ClosedJaxpr
+    pure: ClosedJaxpr | None = None
+    pure_tree: Any = None
 
 
-def vjp_programs(layer: Callable, p: Any, x: Any, index: int, *, input_grad: bool = True
-                 ) -> VjpPrograms:
-    """The forward and backward jaxprs of ``jax.vjp(layer, p, x)`` (:func:`trace_layer`)."""
+def vjp_programs(layer: Callable, p: Any, x: Any, index: int, *, input_grad: bool = True,
+                 pure: bool = False) -> VjpPrograms:
+    """The forward and backward jaxprs of ``jax.vjp(layer, p, x)`` (:func:`trace_layer`);
+    with ``pure``, also the pullback's own jaxpr (``backward`` is it with the input
+    gradient kept live, :func:`_pullback_for_memory`) and its output structure, from which
+    :func:`replayed` makes the pullback again (a few ms: JAX has the transposition then)."""
     if input_grad:
         vjp = lambda p, x: jax.vjp(layer, p, x)  # noqa: E731
     else:
@@ -390,7 +389,24 @@ def vjp_programs(layer: Callable, p: Any, x: Any, index: int, *, input_grad: boo
 
     cotangent = jax.tree.map(cotangent_struct, output)
     backward = jax.make_jaxpr(_pullback_for_memory(pullback))(residuals, cotangent)
-    return VjpPrograms(forward, output, tuple(residuals), pullback, cotangent, backward)
+    found = VjpPrograms(forward, output, tuple(residuals), pullback, cotangent, backward)
+    if not pure:
+        return found
+    own, shape = jax.make_jaxpr(pullback, return_shape=True)(list(residuals), cotangent)
+    return dataclasses.replace(found, pure=own, pure_tree=jax.tree.structure(shape))
+
+
+def replayed(closed: ClosedJaxpr, treedef: Any, name: str = "layer") -> Callable[..., Any]:
+    """A function evaluating ``closed`` on the leaves of its arguments, its outputs put in
+    ``treedef``: JAX's transformations of it build the programs they build of the function
+    ``closed`` was traced from, without running that function's Python again."""
+    run = jaxpr_as_fun(closed)
+
+    def replay(*args: Any) -> Any:
+        return jax.tree.unflatten(treedef, run(*jax.tree.leaves(args)))
+
+    replay.__name__ = name
+    return replay
 
 
 def trace_layer(

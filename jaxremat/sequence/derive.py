@@ -23,6 +23,7 @@ from typing import Any, Callable
 from ..measure.trace import TracedLayer, trace_layer, without_input_grad
 from .layer import LayerProfile
 from .options import Tracer, trace
+from .policies import PolicyOption
 
 __all__ = ["deriving_tracer", "recording_tracer", "same_profile"]
 
@@ -31,14 +32,14 @@ def recording_tracer(recorded: dict[str, Any], inner: Tracer = trace) -> Tracer:
     """A tracer that traces with ``inner`` and keeps each option's :class:`TracedLayer` (or
     the exception its trace raised) in ``recorded`` by option name."""
 
-    def tracer(layer: Callable, p: Any, x: Any, index: int, input_grad: bool, name: str
-               ) -> TracedLayer:
+    def tracer(layer: Callable, p: Any, x: Any, index: int, input_grad: bool,
+               option: PolicyOption) -> TracedLayer:
         try:
-            found = inner(layer, p, x, index, input_grad, name)
+            found = inner(layer, p, x, index, input_grad, option)
         except Exception as error:  # noqa: BLE001 - kept, then raised as before
-            recorded[name] = error
+            recorded[option.name] = error
             raise
-        recorded[name] = found
+        recorded[option.name] = found
         return found
 
     return tracer
@@ -49,9 +50,9 @@ def deriving_tracer(recorded: dict[str, Any], num_params: int, num_x: int) -> Tr
     ``input_grad=True`` trace (:func:`recording_tracer`), and traces the options that have
     none (their trace failed: the error is then the one of tracing without the gradient)."""
 
-    def tracer(layer: Callable, p: Any, x: Any, index: int, input_grad: bool, name: str
-               ) -> TracedLayer:
-        found = recorded.get(name)
+    def tracer(layer: Callable, p: Any, x: Any, index: int, input_grad: bool,
+               option: PolicyOption) -> TracedLayer:
+        found = recorded.get(option.name)
         if input_grad or not isinstance(found, TracedLayer):
             return trace_layer(layer, p, x, index, input_grad=input_grad)
         return without_input_grad(found, num_params, num_x)

@@ -40,15 +40,16 @@ _SAME = "same tape as "
 _DOMINATED = "dominated by "
 _WHOLE = "no smaller and no faster than the whole tape"
 
-Tracer = Callable[[Callable, Any, Any, int, bool, str], TracedLayer]
-"""``tracer(layer, p, x, index, input_grad, name)``: the :class:`TracedLayer` of ``layer``
-(option ``name``, ``"everything"`` for the whole tape); :func:`trace` by default."""
+Tracer = Callable[[Callable, Any, Any, int, bool, PolicyOption], TracedLayer]
+"""``tracer(layer, p, x, index, input_grad, option)``: the :class:`TracedLayer` of ``layer``,
+the layer under ``option``'s policy (:data:`jaxremat.sequence.policies.WHOLE_TAPE` for the
+layer itself); :func:`trace` by default."""
 
 
-def trace(layer: Callable, p: Any, x: Any, index: int, input_grad: bool, name: str
+def trace(layer: Callable, p: Any, x: Any, index: int, input_grad: bool, option: PolicyOption
           ) -> TracedLayer:
     """The default :data:`Tracer`: :func:`jaxremat.measure.trace.trace_layer`."""
-    del name
+    del option
     return trace_layer(layer, p, x, index, input_grad=input_grad)
 
 
@@ -77,7 +78,7 @@ def _profile_option(layer: Callable, p: Any, x: Any, index: int, option: PolicyO
     the same with the policy applied), lowered once for all options; ``meter``: the static
     costs' source (:mod:`jaxremat.sequence.calibration`); ``tracer``: how it is traced."""
     saved = jax.checkpoint(layer, policy=option.policy, prevent_cse=True)
-    traced = tracer(saved, p, x, index, input_grad, option.name)
+    traced = tracer(saved, p, x, index, input_grad, option)
     found = layer_costs(saved, p, x, traced, costs, repeats, forward=forward, meter=meter,
                         option=option.name)
     found = OptionProfile(

@@ -61,7 +61,7 @@ from .searched import SEARCHED, search
 
 __all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
            "check_policies", "layer_menu", "marked_names", "menu_for", "name_groups",
-           "offload_policy", "shape_free"]
+           "offload_policy", "shape_free", "WHOLE_TAPE"]
 
 _BUILTIN: dict[str, Callable[..., bool]] = {
     "dots": jax.checkpoint_policies.dots_saveable,
@@ -96,6 +96,10 @@ class PolicyOption:
     name: str
     policy: Callable[..., bool] | None
     offload: bool = False
+
+
+WHOLE_TAPE = PolicyOption("everything", None)
+"""Option 0 of every layer: the whole tape (the layer without ``jax.checkpoint``)."""
 
 
 def offload_policy(name: str, names: Sequence[str] = (), *,
@@ -221,7 +225,7 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
     a threshold that is ``"dots"`` or ``"dots_no_batch"`` on the same menu is left out:
     :func:`jaxremat.sequence.ranked.menu_thresholds`) and, for ``"dots_plus"``, the options
     the search found (``plus``: :func:`_plus_options`)."""
-    options = [PolicyOption("everything", None)]
+    options = [WHOLE_TAPE]
     save_names = jax.checkpoint_policies.save_only_these_names
     offload_names = lambda *marked: offload_policy("offload_names", marked)  # noqa: E731
     for position, entry in enumerate(menu):

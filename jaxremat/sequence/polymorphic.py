@@ -1,21 +1,27 @@
-"""Re-planning at a new batch size without tracing the layer's options again (issue 18.4).
+"""A layer's options traced once with a symbolic batch size, instantiated at each batch size
+(issue 18.4).
 
-At the first shape a layer is profiled at, each option whose policy does not look at sizes
-(:func:`jaxremat.sequence.policies.shape_free`) is also traced with the input's leading axis
-a symbolic batch size (:mod:`jaxremat.measure.symbolic`); the symbolic programs are kept
-(:data:`PROGRAMS`) for each option whose instantiation at that shape is the very program
-traced there (:func:`jaxremat.measure.symbolic.same_program`, forward and backward). At a later
-shape differing only in the batch size (at least 2), the layer's plain forward is traced as
-before (:func:`jaxremat.measure.trace.trace_once`) and, where it is the symbolic plain
-forward's instantiation, every kept option is instantiated instead of traced: about 4 ms
-instead of 30-50 ms an option on a GPT-2 block. Everything measured on the programs (tape,
-transients, counted costs) is then measured as on traced ones. Options not kept (searched,
-ranked, user policies, those that differed) are traced as before, and where a piece's cost
-would need lowering (the calibration cannot scale its count) the whole profile is traced as
-before (:class:`jaxremat.sequence.calibration.Uncalibrated`).
+At the first shape a layer is profiled at (its input differentiated), each option whose
+policy does not look at sizes (:func:`jaxremat.sequence.policies.shape_free`) is traced with
+the input's leading axis a symbolic batch size (:mod:`jaxremat.measure.symbolic`) and
+instantiated at that shape, instead of traced there; the symbolic programs are kept
+(:data:`PROGRAMS`). The whole tape is traced from the layer both ways, and the first
+checkpointed option too, and their instantiations must be the very programs traced
+(:func:`jaxremat.measure.symbolic.same_program`, forward and backward): where one is not,
+the layer is traced as before at every shape. The other options are traced from the layer's
+symbolic jaxpr (:func:`jaxremat.measure.trace.replayed`, no Python of the layer's), one trace
+each, as before.
 
-The cost: one more trace per such option at a layer's first shape, and the programs kept,
-per layer function and input structure (not per shape), in a bounded cache.
+At a later shape differing only in the batch size (at least 2), the layer's plain forward is
+traced as before (:func:`jaxremat.measure.trace.trace_once`) and, where it is the symbolic
+plain forward's instantiation (a layer's Python may branch on a shape), every kept option is
+instantiated instead of traced: about 4 ms instead of 30-50 ms an option on a GPT-2 block.
+Everything measured on the programs (tape, transients, costs) is measured as on traced
+ones; the pullback is replayed from its own instantiated jaxpr where a cost is lowered.
+Options not kept (searched, ranked, a user's policies) are traced as before.
+
+The programs are kept per layer function and input structure (not per shape), in a bounded
+cache cleared with :func:`jaxremat.sequence.profile.profile_cache`.
 """
 
 from __future__ import annotations
@@ -30,10 +36,9 @@ from jax.extend.core import ClosedJaxpr
 from ..lru import LRU
 from ..measure.symbolic import (SymbolicInput, batch_env, instantiate, instantiate_tree,
                                 same_program, symbolic_input)
-from ..measure.trace import TracedLayer, VjpPrograms, traced_programs, vjp_programs
-from .calibration import Uncalibrated
+from ..measure.trace import TracedLayer, VjpPrograms, replayed, traced_programs, vjp_programs
 from .options import Tracer
-from .policies import shape_free
+from .policies import PolicyOption, shape_free
 
 __all__ = ["PROGRAMS", "instantiating_tracer", "recording_symbolic"]
 
@@ -55,18 +60,17 @@ class LayerPrograms:
 
 def _concrete(programs: VjpPrograms, env: dict[str, int]) -> VjpPrograms:
     memo: dict = {}  # a nested program shared by the forward and the backward, made once
+
+    def pullback(*args: Any) -> Any:  # its program made only where a cost is lowered
+        return replayed(instantiate(programs.pure, env, memo), programs.pure_tree,
+                        "pullback")(*args)
+
     return VjpPrograms(
         forward=instantiate(programs.forward, env, memo),
         output=instantiate_tree(programs.output, env),
         residuals=tuple(instantiate_tree(programs.residuals, env)),
-        pullback=_not_lowered, cotangent=instantiate_tree(programs.cotangent, env),
+        pullback=pullback, cotangent=instantiate_tree(programs.cotangent, env),
         backward=instantiate(programs.backward, env, memo))
-
-
-def _not_lowered(*args: Any) -> Any:
-    """The pullback of an instantiated program: not lowered (its costs are the calibration's
-    scaled counts); a piece that would be makes the profile traced as before."""
-    raise Uncalibrated("backward")
 
 
 def _same(traced: TracedLayer, programs: VjpPrograms) -> bool:
@@ -76,40 +80,54 @@ def _same(traced: TracedLayer, programs: VjpPrograms) -> bool:
 
 def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, inner: Tracer
                        ) -> tuple[Tracer, Callable[[], None]]:
-    """At a layer's first shape: a tracer that traces with ``inner`` and also symbolically
-    (the shape-free options), and a function to call once the profile is made, which keeps
-    the programs that matched under ``key``. Where the batch cannot be made symbolic or the
-    layer does not trace so, ``inner`` itself and a no-op."""
+    """At a layer's first shape: a tracer that traces the shape-free options symbolically and
+    instantiates them (checking the whole tape and the first checkpointed option against
+    ``inner``'s traces), and a function to call once the profile is made, which keeps the
+    programs under ``key``. Where the batch cannot be made symbolic, the layer does not
+    trace so, or a check fails: ``inner``'s traces, and nothing kept."""
     symbolic = symbolic_input(x)
-    if symbolic is None:
+    env = None if symbolic is None else batch_env(symbolic, x)
+    if env is None:
         return inner, lambda: None
     try:
-        plain = jax.make_jaxpr(layer)(p, symbolic.x)
+        plain, shape = jax.make_jaxpr(layer, return_shape=True)(p, symbolic.x)
     except Exception:  # noqa: BLE001 - the layer's Python needs concrete sizes: trace as before
         return inner, lambda: None
-    env = batch_env(symbolic, x)
+    replay = replayed(plain, jax.tree.structure(shape), getattr(layer, "__name__", "layer"))
     kept: dict[tuple[str, bool], VjpPrograms] = {}
+    state = {"checked": set(), "failed": False}
 
-    def tracer(fn: Callable, p: Any, x: Any, index: int, input_grad: bool, name: str
-               ) -> TracedLayer:
-        found = inner(fn, p, x, index, input_grad, name)
-        if shape_free(name) and env is not None:
-            try:
-                programs = vjp_programs(fn, p, symbolic.x, index, input_grad=input_grad)
-            except Exception:  # noqa: BLE001 - this option is traced at every shape
-                return found
-            if _same(found, _concrete(programs, env)):
-                kept[(name, input_grad)] = programs
-        return found
+    def tracer(fn: Callable, p: Any, x: Any, index: int, input_grad: bool,
+               option: PolicyOption) -> TracedLayer:
+        if state["failed"] or not shape_free(option.name):
+            return inner(fn, p, x, index, input_grad, option)
+        checkpointed = option.policy is not None
+        source = (jax.checkpoint(replay, policy=option.policy, prevent_cse=True)
+                  if checkpointed else fn)  # the whole tape from the layer itself
+        try:
+            programs = vjp_programs(source, p, symbolic.x, index, input_grad=input_grad,
+                                    pure=True)
+            found = _concrete(programs, env)
+        except Exception:  # noqa: BLE001 - traced as before (which raises if it must)
+            return inner(fn, p, x, index, input_grad, option)
+        if checkpointed not in state["checked"]:
+            state["checked"].add(checkpointed)
+            traced = inner(fn, p, x, index, input_grad, option)
+            if not _same(traced, found):
+                state["failed"] = True
+                kept.clear()
+                return traced
+        kept[(option.name, input_grad)] = programs
+        return traced_programs(found, len(jax.tree.leaves(x)))
 
     def keep() -> None:
-        if not kept:
+        if not kept or state["failed"]:
             return
         try:
             ref = weakref.ref(layer)
         except TypeError:
             return
-        PROGRAMS.put(key, (ref, LayerPrograms(symbolic, plain, kept)))
+        PROGRAMS.put(key, (ref, LayerPrograms(symbolic, plain, dict(kept))))
 
     return tracer, keep
 
@@ -129,15 +147,15 @@ def instantiating_tracer(layer: Callable, x: Any, key: tuple, memo: dict, inner:
         return None
     checked: list[bool] = []
 
-    def tracer(fn: Callable, p: Any, x: Any, index: int, input_grad: bool, name: str
-               ) -> TracedLayer:
-        kept = programs.options.get((name, input_grad))
+    def tracer(fn: Callable, p: Any, x: Any, index: int, input_grad: bool,
+               option: PolicyOption) -> TracedLayer:
+        kept = programs.options.get((option.name, input_grad))
         if kept is not None and not checked:
             once = memo.get("trace_once")
             checked.append(once is not None
                            and same_program(once[1], instantiate(programs.plain, env)))
         if kept is None or not checked[0]:
-            return inner(fn, p, x, index, input_grad, name)
+            return inner(fn, p, x, index, input_grad, option)
         return traced_programs(_concrete(kept, env), len(jax.tree.leaves(x)))
 
     return tracer

@@ -161,7 +161,7 @@ from .options import Tracer, layer_options, trace, with_options
 from .cache import (cache_key, cached, calibration_key, derived_key,
                     profile_cache, remember, symbolic_key, with_input_grad)
 from .polymorphic import instantiating_tracer, recording_symbolic
-from .policies import check_policies
+from .policies import WHOLE_TAPE, check_policies
 
 __all__ = [
     "PEAK_FLOPS",
@@ -210,7 +210,7 @@ def _layer_profile(
             if memo is not None:
                 memo["trace_once"] = once
         layer, plain = once
-    traced = tracer(layer, p, x, index, input_grad, "everything")
+    traced = tracer(layer, p, x, index, input_grad, WHOLE_TAPE)
     if plain is None and meter.scale:  # the first shape: traced from the layer itself
         plain = jax.make_jaxpr(layer)(p, x)
     forward = forward_costs(layer, p, x, meter, plain)  # once, for the layer and its options
@@ -267,16 +267,13 @@ def _instantiated(layer: Callable, p: Any, x: Any, index: int, costs: str, repea
                   ) -> tuple[LayerProfile, Any] | None:
     """The profile at a later batch size from the options' symbolic programs
     (:func:`jaxremat.sequence.polymorphic.instantiating_tracer`), its calibration kept;
-    ``None`` where there are none or a piece would need lowering."""
+    ``None`` where there are none."""
     tracer = instantiating_tracer(layer, x, symbolic_key(key), memo, trace)
     if tracer is None:
         return None
     meter = meter_for(reference, costs)
-    try:
-        found = _profile_one(layer, p, x, index, costs, repeats, input_grad, menu, meter,
-                             tracer, memo)
-    except Uncalibrated:
-        return None
+    found = _profile_one(layer, p, x, index, costs, repeats, input_grad, menu, meter, tracer,
+                         memo)
     if meter.found:
         remember(calibration_key(key), layer, meter.calibration(), None)
     return found
