@@ -3,6 +3,8 @@
 * :mod:`.meter` and :mod:`.liveness`: memory in program order (the meter that sees
   rematerialization on CPU, where XLA undoes it);
 * :mod:`.trace`: one layer's vjp, its tape and transients;
+* :mod:`.symbolic`: programs traced with a symbolic batch size, made concrete at each size
+  and compared equation by equation;
 * :mod:`.costs` and :mod:`.timing`: flops and bytes before XLA optimises (lowered, or
   counted on a jaxpr term by term), and measured time;
 * :mod:`.dataflow`: the dataflow graph of a function, for the graph solver;

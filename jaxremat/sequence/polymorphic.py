@@ -5,12 +5,12 @@ At the first shape a layer is profiled at (its input differentiated), each optio
 policy does not look at sizes (:func:`jaxremat.sequence.policies.shape_free`) is traced with
 the input's leading axis a symbolic batch size (:mod:`jaxremat.measure.symbolic`) and
 instantiated at that shape, instead of traced there; the symbolic programs are kept
-(:data:`PROGRAMS`). The whole tape is traced from the layer both ways, and the first
-checkpointed option too, and their instantiations must be the very programs traced
-(:func:`jaxremat.measure.symbolic.same_program`, forward and backward): where one is not,
-the layer is traced as before at every shape. The other options are traced from the layer's
-symbolic jaxpr (:func:`jaxremat.measure.trace.replayed`, no Python of the layer's), one trace
-each, as before.
+(:data:`PROGRAMS`). The whole tape is traced from the layer both ways, and its instantiation
+must be the very program traced (:func:`jaxremat.measure.symbolic.same_program`, forward and
+backward): where it is not, the layer is traced as before at every shape. The checkpointed
+options are traced from the layer's symbolic jaxpr (:func:`jaxremat.measure.trace.replayed`,
+no Python of the layer's), one trace each, as before; their instantiations were checked equal
+to tracing them on the test suite's blocks (``tests/test_polymorphic.py``), not at run time.
 
 At a later shape differing only in the batch size (at least 2), the layer's plain forward is
 traced as before (:func:`jaxremat.measure.trace.trace_once`) and, where it is the symbolic
@@ -81,8 +81,7 @@ def _same(traced: TracedLayer, programs: VjpPrograms) -> bool:
 def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, inner: Tracer
                        ) -> tuple[Tracer, Callable[[], None]]:
     """At a layer's first shape: a tracer that traces the shape-free options symbolically and
-    instantiates them (checking the whole tape and the first checkpointed option against
-    ``inner``'s traces), and a function to call once the profile is made, which keeps the
+    instantiates them (checking the whole tape against ``inner``'s trace), and a function to call once the profile is made, which keeps the
     programs under ``key``. Where the batch cannot be made symbolic, the layer does not
     trace so, or a check fails: ``inner``'s traces, and nothing kept."""
     symbolic = symbolic_input(x)
@@ -95,7 +94,7 @@ def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, inner: Trace
         return inner, lambda: None
     replay = replayed(plain, jax.tree.structure(shape), getattr(layer, "__name__", "layer"))
     kept: dict[tuple[str, bool], VjpPrograms] = {}
-    state = {"checked": set(), "failed": False}
+    state = {"failed": False}
 
     def tracer(fn: Callable, p: Any, x: Any, index: int, input_grad: bool,
                option: PolicyOption) -> TracedLayer:
@@ -109,14 +108,14 @@ def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, inner: Trace
                                     pure=True)
             found = _concrete(programs, env)
         except Exception:  # noqa: BLE001 - traced as before (which raises if it must)
+            state["failed"] = state["failed"] or not checkpointed
             return inner(fn, p, x, index, input_grad, option)
-        if checkpointed not in state["checked"]:
-            state["checked"].add(checkpointed)
+        if not checkpointed:  # the whole tape, traced from the layer both ways
             traced = inner(fn, p, x, index, input_grad, option)
-            if not _same(traced, found):
-                state["failed"] = True
-                kept.clear()
-                return traced
+            state["failed"] = not _same(traced, found)
+            if not state["failed"]:
+                kept[(option.name, input_grad)] = programs
+            return traced
         kept[(option.name, input_grad)] = programs
         return traced_programs(found, len(jax.tree.leaves(x)))
 
