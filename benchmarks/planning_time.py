@@ -11,7 +11,8 @@ that the numbers mean something on a shared machine:
 * ``stack``: ``remat_sequence`` of 12 GPT-2 blocks (``benchmarks/policies.py``'s
   ``gpt_blocks_model``, width 128, the policy menu ``--policies``: a name of
   ``benchmarks/policies.py``'s ``MENUS``, ``default`` unless given): the first plan, a
-  re-plan at a new batch size, a re-plan at a new budget. Time two menus in two processes
+  re-plan at new batch sizes (2, 1, 3) and a new sequence length (32), a re-plan at a new
+  budget. Time two menus in two processes
   (the second menu in the same process would find JAX's caches warm).
 * ``resnet``: ``jaxremat.flax.RematModule`` on a 6-block ResNet (``examples/resnet_nnx.py``'s
   blocks, widths 16/32/64, batch 8 of 32x32x3): one plan per budget, in the order given,
@@ -62,6 +63,9 @@ def stack_rows(n_layer: int = 12, menu: str = "default") -> list[tuple[str, floa
     three = x[:3]
     seconds, _ = _timed(lambda: remat_sequence(layers, "50%", policies=policies).plan(params, three))
     rows.append(("new batch size (3)", seconds, ""))
+    short = x[:, :32]
+    seconds, _ = _timed(lambda: remat_sequence(layers, "50%", policies=policies).plan(params, short))
+    rows.append(("new sequence length (32)", seconds, ""))
     seconds, _ = _timed(lambda: remat_sequence(layers, "30%", policies=policies).plan(params, x))
     rows.append(("new budget (30%)", seconds, ""))
     return rows

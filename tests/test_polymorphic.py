@@ -11,7 +11,7 @@ import pytest
 
 from blocks import case
 from jaxremat.measure import symbolic
-from jaxremat.measure.symbolic import batch_env, instantiate, same_program, symbolic_input
+from jaxremat.measure.symbolic import instantiate, same_program, shape_env, symbolic_input
 from jaxremat.measure.trace import trace_layer, vjp_programs
 from jaxremat.sequence import polymorphic
 from jaxremat.sequence import profile as profile_module
@@ -39,7 +39,7 @@ def test_instantiated_programs_are_the_traced_ones(name, policy):
     programs = vjp_programs(layer, p, found.x, 0)
     for batch in (2, 3, 8):
         concrete = jax.ShapeDtypeStruct((batch,) + x.shape[1:], x.dtype)
-        env = batch_env(found, concrete)
+        env = shape_env(found, concrete)
         assert env == {symbolic.SYMBOL: batch}
         traced = trace_layer(layer, p, concrete, 0)
         assert same_program(instantiate(programs.forward, env), traced.forward)
@@ -62,22 +62,31 @@ def test_same_program_tells_programs_apart():
                             jax.make_jaxpr(lambda x: x + jnp.ones_like(x))(x))
 
 
-def test_batch_env_takes_only_a_new_batch_size():
+def test_shape_env_takes_only_new_symbolic_sizes():
     """A new leading size of every batched leaf (at least 2) is a batch size; another axis,
-    a batch of one, or leaves that disagree are not."""
+    a batch of one, or leaves that disagree are not; with a sequence, axis 1 of the leaves of
+    rank 3 too."""
     x = {"h": jax.ShapeDtypeStruct((4, 3), jnp.float32),
          "m": jax.ShapeDtypeStruct((4,), jnp.int32), "w": jax.ShapeDtypeStruct((7,), jnp.float32)}
     found = symbolic_input(x)
-    assert found.batched == (True, True, False)
+    assert found.symbols == (("b", None), ("b",), (None,))
     new = lambda h, m, w: {"h": jax.ShapeDtypeStruct(h, jnp.float32),  # noqa: E731
                            "m": jax.ShapeDtypeStruct(m, jnp.int32),
                            "w": jax.ShapeDtypeStruct(w, jnp.float32)}
-    assert batch_env(found, new((6, 3), (6,), (7,))) == {symbolic.SYMBOL: 6}
-    assert batch_env(found, new((1, 3), (1,), (7,))) is None
-    assert batch_env(found, new((6, 4), (6,), (7,))) is None
-    assert batch_env(found, new((6, 3), (5,), (7,))) is None
-    assert batch_env(found, new((6, 3), (6,), (8,))) is None
+    assert shape_env(found, new((6, 3), (6,), (7,))) == {symbolic.SYMBOL: 6}
+    assert shape_env(found, new((1, 3), (1,), (7,))) is None
+    assert shape_env(found, new((6, 4), (6,), (7,))) is None
+    assert shape_env(found, new((6, 3), (5,), (7,))) is None
+    assert shape_env(found, new((6, 3), (6,), (8,))) is None
     assert symbolic_input(jax.ShapeDtypeStruct((1, 3), jnp.float32)) is None
+    seq = symbolic_input((jax.ShapeDtypeStruct((4, 6, 3), jnp.float32),
+                          jax.ShapeDtypeStruct((4, 6), jnp.int32)), sequence=True)
+    assert seq.symbols == (("b", "t", None), ("b", None))
+    new = lambda b, t, u: (jax.ShapeDtypeStruct((b, t, 3), jnp.float32),  # noqa: E731
+                           jax.ShapeDtypeStruct((b, u), jnp.int32))
+    assert shape_env(seq, new(2, 5, 6)) == {"b": 2, "t": 5}
+    assert shape_env(seq, new(2, 1, 6)) is None
+    assert shape_env(seq, new(2, 5, 5)) is None
 
 
 def _profiles(layers, params, x, new, input_grad, instantiate_it, monkeypatch):
@@ -192,3 +201,30 @@ def test_the_first_shape_instantiated_equals_tracing(name, monkeypatch):
     profile_cache().clear()
     assert all(same_profile(a, b) for a, b in zip(found.layers, traced.layers, strict=True))
     assert repr(found.chain) == repr(traced.chain)
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_a_new_sequence_length_is_instantiated_and_equals_tracing(name, monkeypatch):
+    """Axis 1 of a rank-3 input (a sequence; a conv block's image height) is symbolic too:
+    re-profiled at a shorter one and a new batch at once, no option is traced, and the
+    profile and chain equal tracing them."""
+    layer, p, x = case(name)
+    args = ([layer] * 2, [p] * 2, x, x[:5, :4], True)
+    found, count = _profiles(*args, True, monkeypatch)
+    traced, traced_count = _profiles(*args, False, monkeypatch)
+    assert count == 0 < traced_count
+    assert all(same_profile(a, b) for a, b in zip(found.layers, traced.layers, strict=True))
+    assert repr(found.chain) == repr(traced.chain)
+
+
+def test_a_layer_with_a_fixed_sequence_length_keeps_the_symbolic_batch(monkeypatch):
+    """A layer adding a positional table of the sequence's length does not trace with a
+    symbolic sequence: the batch alone is symbolic (a new batch instantiated), and a new
+    sequence length fails in the layer itself, as it would without jaxremat."""
+    def layer(p, x):
+        return jnp.tanh(x @ p["w"] + p["pos"])
+
+    p = {"w": jnp.ones((4, 4)) / 4, "pos": jnp.zeros((6, 4))}
+    x = jnp.ones((3, 6, 4))
+    found, count = _profiles([layer] * 2, [p] * 2, x, x[:2], True, True, monkeypatch)
+    assert count == 0 and found.chain.length == 2

@@ -1,11 +1,12 @@
-"""Programs traced once with a symbolic batch size, made concrete at each batch size (issue 18.4).
+"""Programs traced once with a symbolic batch size, made concrete at each size (issue 18.4).
 
 Re-planning a layer at a new batch size traced its vjp again under every checkpoint policy
 of its menu: JAX's linearization and transposition, 30-50 ms a policy on a GPT-2 block,
 two thirds of a re-plan. The programs differ between batch sizes only in their shapes, so
 this module traces them once with the input's leading axis a symbolic dimension (JAX's
-shape polymorphism, ``jax.export.symbolic_shape``, the machinery of ``jax.export``) and
-substitutes each later batch size into the traced jaxprs (:func:`instantiate`: every
+shape polymorphism, ``jax.export.symbolic_shape``, the machinery of ``jax.export``), and
+axis 1 of inputs of rank 3 or more (a sequence) another where the caller asks, and
+substitutes each later size into the traced jaxprs (:func:`instantiate`: every
 aval's shape and every shape parameter, such as ``reshape``'s ``new_sizes``, in nested
 jaxprs too): about 4 ms a policy instead of a trace.
 
@@ -14,7 +15,7 @@ equation (primitives, the dataflow between them, shapes and dtypes, parameters),
 :mod:`jaxremat.sequence.polymorphic` uses a symbolic trace only where, at the shape traced
 concretely, its instantiation equals the concrete trace, and at each later shape only where
 the layer's plain forward, traced concretely as before, equals the symbolic one's
-instantiation (a layer's Python may branch on a shape). The symbol is at least 2: at a batch
+instantiation (a layer's Python may branch on a shape). The symbols are at least 2: at a batch
 of one JAX lays programs out differently (``jnp.einsum`` squeezes the axis, a transpose sums
 over broadcast unit axes), so a batch of one is always traced.
 """
@@ -31,62 +32,81 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from ..jax_compat import close_jaxpr, new_var
 
-__all__ = ["SymbolicInput", "batch_env", "instantiate", "instantiate_tree", "same_program",
-           "symbolic_input"]
+__all__ = ["SEQUENCE", "SYMBOL", "SymbolicInput", "instantiate", "instantiate_tree",
+           "same_program", "shape_env", "symbolic_input"]
 
 SYMBOL = "b"
-"""The name of the symbolic batch size."""
+"""The name of the symbolic batch size (the leading axis)."""
+SEQUENCE = "t"
+"""The name of the symbolic sequence length (axis 1 of inputs of rank 3 or more)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class SymbolicInput:
-    """An input pytree of ``ShapeDtypeStruct`` leaves whose leading axis is the symbol
-    :data:`SYMBOL` where ``batched`` says so (each such leaf had the same leading size)."""
+    """An input pytree of ``ShapeDtypeStruct`` leaves with some axes symbolic: ``symbols``
+    gives, per leaf and axis, the symbol's name or ``None`` (a leaf's axis given a symbol
+    had the size every other axis given it had)."""
 
     x: Any
-    batched: tuple[bool, ...]
+    symbols: tuple[tuple[str | None, ...], ...]
     shapes: tuple[tuple[int, ...], ...]  # the concrete shapes it was made from
 
 
-def symbolic_input(x: Any) -> SymbolicInput | None:
+def _common(leaves: list, axis: int, rank: int) -> int | None:
+    """The size of ``axis`` of the first leaf of at least ``rank`` axes, if at least 2."""
+    sizes = [leaf.shape[axis] for leaf in leaves if len(leaf.shape) >= rank]
+    return sizes[0] if sizes and sizes[0] >= 2 else None
+
+
+def symbolic_input(x: Any, sequence: bool = False) -> SymbolicInput | None:
     """``x`` (``ShapeDtypeStruct`` leaves) with the leading axis of each leaf whose leading
-    size is the first leaf's made symbolic (``b >= 2``); ``None`` when that size is below 2
-    or no leaf has an axis."""
+    size is the first leaf's made the symbol :data:`SYMBOL` (``>= 2``) and, with
+    ``sequence``, axis 1 of each leaf of rank 3 or more whose size there is the first such
+    leaf's made :data:`SEQUENCE` (``>= 2``); ``None`` when no size of 2 or more is found."""
     leaves, treedef = jax.tree.flatten(x)
-    sized = [leaf.shape[0] for leaf in leaves if len(leaf.shape)]
-    if not sized or sized[0] < 2:
+    wanted = [(SYMBOL, 0, 1, _common(leaves, 0, 1))]
+    if sequence:
+        wanted.append((SEQUENCE, 1, 3, _common(leaves, 1, 3)))
+    wanted = [w for w in wanted if w[3] is not None]
+    if not wanted or wanted[0][0] != SYMBOL:
         return None
-    batch = sized[0]
-    (symbol,) = export.symbolic_shape(SYMBOL, constraints=(f"{SYMBOL} >= 2",))
-    batched = tuple(bool(len(leaf.shape)) and leaf.shape[0] == batch for leaf in leaves)
-    new = [jax.ShapeDtypeStruct((symbol,) + tuple(leaf.shape[1:]), leaf.dtype,
-                                weak_type=getattr(leaf, "weak_type", False))
-           if b else leaf for leaf, b in zip(leaves, batched)]
-    return SymbolicInput(jax.tree.unflatten(treedef, new), batched,
+    names = ", ".join(w[0] for w in wanted)
+    dims = export.symbolic_shape(names, constraints=tuple(f"{w[0]} >= 2" for w in wanted))
+    found = dict(zip((w[0] for w in wanted), dims))
+    symbols, new = [], []
+    for leaf in leaves:
+        marks = [None] * len(leaf.shape)
+        for name, axis, rank, size in wanted:
+            if len(leaf.shape) >= rank and leaf.shape[axis] == size:
+                marks[axis] = name
+        symbols.append(tuple(marks))
+        shape = tuple(found[m] if m else d for m, d in zip(marks, leaf.shape))
+        new.append(jax.ShapeDtypeStruct(shape, leaf.dtype,
+                                        weak_type=getattr(leaf, "weak_type", False))
+                   if any(marks) else leaf)
+    return SymbolicInput(jax.tree.unflatten(treedef, new), tuple(symbols),
                          tuple(tuple(leaf.shape) for leaf in leaves))
 
 
-def batch_env(symbolic: SymbolicInput, x: Any) -> dict[str, int] | None:
-    """``{SYMBOL: batch size}`` making ``symbolic`` into ``x``'s shapes, or ``None`` where
-    ``x`` differs from the shapes it was made from elsewhere than in the batched leading
-    axes, or its batch is below 2."""
+def shape_env(symbolic: SymbolicInput, x: Any) -> dict[str, int] | None:
+    """``{symbol: size}`` making ``symbolic`` into ``x``'s shapes, or ``None`` where ``x``
+    differs from the shapes it was made from elsewhere than in the symbolic axes, gives one
+    symbol two sizes, or one below 2."""
     leaves = jax.tree.leaves(x)
     if len(leaves) != len(symbolic.shapes):
         return None
-    batch = None
-    for leaf, batched, old in zip(leaves, symbolic.batched, symbolic.shapes):
+    env: dict[str, int] = {}
+    for leaf, marks, old in zip(leaves, symbolic.symbols, symbolic.shapes):
         shape = tuple(leaf.shape)
-        if len(shape) != len(old) or shape[1:] != old[1:]:
+        if len(shape) != len(old):
             return None
-        if batched:
-            if batch not in (None, shape[0]):
+        for mark, new, was in zip(marks, shape, old):
+            if mark is None:
+                if new != was:
+                    return None
+            elif env.setdefault(mark, int(new)) != new or new < 2:
                 return None
-            batch = shape[0]
-        elif shape[:1] != old[:1]:
-            return None
-    if batch is None or batch < 2:
-        return None
-    return {SYMBOL: int(batch)}
+    return env
 
 
 def _dim(d: Any, env: Mapping[str, int]) -> Any:

@@ -1,9 +1,10 @@
-"""A layer's options traced once with a symbolic batch size, instantiated at each batch size
-(issue 18.4).
+"""A layer's options traced once with a symbolic batch size (and sequence length),
+instantiated at each size (issue 18.4).
 
 At the first shape a layer is profiled at (its input differentiated), each option whose
 policy does not look at sizes (:func:`jaxremat.sequence.policies.shape_free`) is traced with
-the input's leading axis a symbolic batch size (:mod:`jaxremat.measure.symbolic`) and
+the input's leading axis a symbolic batch size (:mod:`jaxremat.measure.symbolic`), and axis
+1 of inputs of rank 3 or more a symbolic sequence length where the layer traces so, and
 instantiated at that shape, instead of traced there; the symbolic programs are kept
 (:data:`PROGRAMS`). The whole tape is traced from the layer both ways, and its instantiation
 must be the very program traced (:func:`jaxremat.measure.symbolic.same_program`, forward and
@@ -12,7 +13,7 @@ options are traced from the layer's symbolic jaxpr (:func:`jaxremat.measure.trac
 no Python of the layer's), one trace each, as before; their instantiations were checked equal
 to tracing them on the test suite's blocks (``tests/test_polymorphic.py``), not at run time.
 
-At a later shape differing only in the batch size (at least 2), the layer's plain forward is
+At a later shape differing only in those sizes (each at least 2), the layer's plain forward is
 traced as before (:func:`jaxremat.measure.trace.trace_once`) and, where it is the symbolic
 plain forward's instantiation (a layer's Python may branch on a shape), every kept option is
 instantiated instead of traced: about 4 ms instead of 30-50 ms an option on a GPT-2 block.
@@ -34,8 +35,8 @@ import jax
 from jax.extend.core import ClosedJaxpr
 
 from ..lru import LRU
-from ..measure.symbolic import (SymbolicInput, batch_env, instantiate, instantiate_tree,
-                                same_program, symbolic_input)
+from ..measure.symbolic import (SEQUENCE, SymbolicInput, instantiate, instantiate_tree,
+                                same_program, shape_env, symbolic_input)
 from ..measure.trace import TracedLayer, VjpPrograms, replayed, traced_programs, vjp_programs
 from .options import Tracer
 from .policies import PolicyOption, shape_free
@@ -84,13 +85,19 @@ def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, inner: Trace
     instantiates them (checking the whole tape against ``inner``'s trace), and a function to call once the profile is made, which keeps the
     programs under ``key``. Where the batch cannot be made symbolic, the layer does not
     trace so, or a check fails: ``inner``'s traces, and nothing kept."""
-    symbolic = symbolic_input(x)
-    env = None if symbolic is None else batch_env(symbolic, x)
-    if env is None:
+    for sequence in (True, False):  # the batch and sequence length, else the batch alone
+        symbolic = symbolic_input(x, sequence)
+        if symbolic is None or (sequence and not any(SEQUENCE in s for s in symbolic.symbols)):
+            continue
+        try:
+            plain, shape = jax.make_jaxpr(layer, return_shape=True)(p, symbolic.x)
+        except Exception:  # noqa: BLE001 - the layer's Python needs those sizes concrete
+            continue
+        break
+    else:
         return inner, lambda: None
-    try:
-        plain, shape = jax.make_jaxpr(layer, return_shape=True)(p, symbolic.x)
-    except Exception:  # noqa: BLE001 - the layer's Python needs concrete sizes: trace as before
+    env = shape_env(symbolic, x)
+    if env is None:
         return inner, lambda: None
     replay = replayed(plain, jax.tree.structure(shape), getattr(layer, "__name__", "layer"))
     kept: dict[tuple[str, bool], VjpPrograms] = {}
@@ -141,7 +148,7 @@ def instantiating_tracer(layer: Callable, x: Any, key: tuple, memo: dict, inner:
     if found is None or found[0]() is not layer:
         return None
     programs: LayerPrograms = found[1]
-    env = batch_env(programs.symbolic, x)
+    env = shape_env(programs.symbolic, x)
     if env is None:
         return None
     checked: list[bool] = []
