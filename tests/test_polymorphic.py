@@ -116,7 +116,12 @@ def test_a_new_batch_size_is_instantiated_and_equals_tracing(name, input_grad, m
     """Three equal blocks re-profiled at a batch of 3 (first at 8): no option is traced,
     and every layer's profile and the chain equal those of tracing it."""
     layer, p, x = case(name)
-    args = ([layer] * 3, [p] * 3, x, x[:3], input_grad)
+    _assert_instantiated(([layer] * 3, [p] * 3, x, x[:3], input_grad), monkeypatch)
+
+
+def _assert_instantiated(args, monkeypatch):
+    """Re-profiled at ``args``' new shape, no option is traced, and every layer's profile and
+    the chain equal those of tracing it."""
     found, count = _profiles(*args, True, monkeypatch)
     traced, traced_count = _profiles(*args, False, monkeypatch)
     assert count == 0 < traced_count
@@ -209,12 +214,7 @@ def test_a_new_sequence_length_is_instantiated_and_equals_tracing(name, monkeypa
     re-profiled at a shorter one and a new batch at once, no option is traced, and the
     profile and chain equal tracing them."""
     layer, p, x = case(name)
-    args = ([layer] * 2, [p] * 2, x, x[:5, :4], True)
-    found, count = _profiles(*args, True, monkeypatch)
-    traced, traced_count = _profiles(*args, False, monkeypatch)
-    assert count == 0 < traced_count
-    assert all(same_profile(a, b) for a, b in zip(found.layers, traced.layers, strict=True))
-    assert repr(found.chain) == repr(traced.chain)
+    _assert_instantiated(([layer] * 2, [p] * 2, x, x[:5, :4], True), monkeypatch)
 
 
 def test_a_layer_with_a_fixed_sequence_length_keeps_the_symbolic_batch(monkeypatch):
