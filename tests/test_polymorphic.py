@@ -89,14 +89,14 @@ def test_shape_env_takes_only_new_symbolic_sizes():
     assert shape_env(seq, new(2, 5, 5)) is None
 
 
-def _profiles(layers, params, x, new, input_grad, instantiate_it, monkeypatch):
+def _profiles(layers, params, x, new, input_grad, instantiate_it, monkeypatch, policies=None):
     """From a cold cache: profile at ``x``, then at ``new``; the second profile and the
     options' vjp traces it ran."""
     profile_cache().clear()
     with monkeypatch.context() as patch:
         if not instantiate_it:
             patch.setattr(profile_module, "instantiating_tracer", lambda *args: None)
-        profile_sequence(layers, params, x, input_grad=input_grad)
+        profile_sequence(layers, params, x, input_grad=input_grad, policies=policies)
         traced = []
         original = vjp_programs
 
@@ -105,7 +105,7 @@ def _profiles(layers, params, x, new, input_grad, instantiate_it, monkeypatch):
             return original(*args, **kwargs)
 
         patch.setattr("jaxremat.measure.trace.vjp_programs", counting)
-        found = profile_sequence(layers, params, new, input_grad=input_grad)
+        found = profile_sequence(layers, params, new, input_grad=input_grad, policies=policies)
     profile_cache().clear()
     return found, len(traced)
 
@@ -119,11 +119,11 @@ def test_a_new_batch_size_is_instantiated_and_equals_tracing(name, input_grad, m
     _assert_instantiated(([layer] * 3, [p] * 3, x, x[:3], input_grad), monkeypatch)
 
 
-def _assert_instantiated(args, monkeypatch):
+def _assert_instantiated(args, monkeypatch, policies=None):
     """Re-profiled at ``args``' new shape, no option is traced, and every layer's profile and
     the chain equal those of tracing it."""
-    found, count = _profiles(*args, True, monkeypatch)
-    traced, traced_count = _profiles(*args, False, monkeypatch)
+    found, count = _profiles(*args, True, monkeypatch, policies)
+    traced, traced_count = _profiles(*args, False, monkeypatch, policies)
     assert count == 0 < traced_count
     assert all(same_profile(a, b) for a, b in zip(found.layers, traced.layers, strict=True))
     assert repr(found.chain) == repr(traced.chain)
@@ -228,3 +228,36 @@ def test_a_layer_with_a_fixed_sequence_length_keeps_the_symbolic_batch(monkeypat
     x = jnp.ones((3, 6, 4))
     found, count = _profiles([layer] * 2, [p] * 2, x, x[:2], True, True, monkeypatch)
     assert count == 0 and found.chain.length == 2
+
+
+@pytest.mark.parametrize("name", ["mlp", "marked attention"])
+def test_searched_options_are_instantiated_at_a_new_batch_size(name, monkeypatch):
+    """With ``"dots_plus"``, the searched policies (keyed by shapes) are moved to the symbolic
+    program's equations (``searched.moved_policy``): at a new batch size no option is traced
+    and the profile equals tracing it."""
+    layer, p, x = case(name)
+    menu = ("dots", "dots_no_batch", "names", "dots_plus")
+    _assert_instantiated(([layer] * 2, [p] * 2, x, x[:3], True), monkeypatch, menu)
+    profile_cache().clear()
+    names = [o.name for o in profile_sequence([layer], [p], x, policies=menu).layers[0].options]
+    profile_cache().clear()
+    assert any(n.endswith(("_plus", "_plus:wide")) for n in names)  # searched ones were kept
+
+
+def test_moved_policy_keeps_the_same_equations_or_none():
+    """A searched policy moved to the symbolic program keeps the equations at the same
+    positions; to a program of another structure it does not move."""
+    from jaxremat.sequence.searched import SearchedPolicy, equation_key, moved_policy
+
+    f = lambda x: jnp.sin(jnp.exp(x) @ jnp.ones((3, 3))) * 2  # noqa: E731
+    x = jax.ShapeDtypeStruct((4, 3), jnp.float32)
+    concrete = jax.make_jaxpr(f)(x)
+    found = symbolic_input(x)
+    program = jax.make_jaxpr(f)(found.x)
+    exp = next(e for e in concrete.jaxpr.eqns if e.primitive.name == "exp")
+    policy = SearchedPolicy(frozenset({equation_key(exp.primitive, [v.aval for v in exp.invars])}),
+                            "nothing")
+    moved = moved_policy(policy, concrete, program)
+    (key,) = moved.keys
+    assert key[0] == "exp" and str(key[1][0][0][0]) == symbolic.SYMBOL
+    assert moved_policy(policy, concrete, jax.make_jaxpr(lambda x: jnp.exp(x))(found.x)) is None

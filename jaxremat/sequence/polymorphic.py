@@ -19,7 +19,11 @@ plain forward's instantiation (a layer's Python may branch on a shape), every ke
 instantiated instead of traced: about 4 ms instead of 30-50 ms an option on a GPT-2 block.
 Everything measured on the programs (tape, transients, costs) is measured as on traced
 ones; the pullback is replayed from its own instantiated jaxpr where a cost is lowered.
-Options not kept (searched, ranked, a user's policies) are traced as before.
+A searched option (``"dots_plus"``, its policy keyed by operand shapes) is traced with its
+policy moved to the symbolic program's equations, the same ones by position
+(:func:`jaxremat.sequence.searched.moved_policy`), and instantiated only where the policy
+found at the later shape moves to that same one. Options not kept (ranked, a user's
+policies, a check that failed) are traced as before.
 
 The programs are kept per layer function and input structure (not per shape), in a bounded
 cache cleared with :func:`jaxremat.sequence.profile.profile_cache`.
@@ -40,6 +44,7 @@ from ..measure.symbolic import (SEQUENCE, SymbolicInput, instantiate, instantiat
 from ..measure.trace import TracedLayer, VjpPrograms, replayed, traced_programs, vjp_programs
 from .options import Tracer
 from .policies import PolicyOption, shape_free
+from .searched import SearchedPolicy, moved_policy
 
 __all__ = ["PROGRAMS", "instantiating_tracer", "recording_symbolic"]
 
@@ -57,6 +62,7 @@ class LayerPrograms:
     symbolic: SymbolicInput
     plain: ClosedJaxpr
     options: dict[tuple[str, bool], VjpPrograms]
+    searched: dict[tuple[str, bool], SearchedPolicy]  # the policy traced, on ``plain``
 
 
 def _concrete(programs: VjpPrograms, env: dict[str, int]) -> VjpPrograms:
@@ -79,12 +85,27 @@ def _same(traced: TracedLayer, programs: VjpPrograms) -> bool:
             and same_program(traced.backward, programs.backward))
 
 
-def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, inner: Tracer
+def _symbolic_policy(option: PolicyOption, plain: ClosedJaxpr, symbolic: ClosedJaxpr
+                     ) -> Any:
+    """The policy to trace ``option`` with on the symbolic program: its own where it does
+    not look at sizes, a searched policy moved to the symbolic equations
+    (:func:`jaxremat.sequence.searched.moved_policy`, ``plain`` the concrete program it was
+    found on), else ``None``."""
+    if shape_free(option.name):
+        return option.policy
+    if isinstance(option.policy, SearchedPolicy) and plain is not None:
+        return moved_policy(option.policy, plain, symbolic)
+    return None
+
+
+def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, memo: dict, inner: Tracer
                        ) -> tuple[Tracer, Callable[[], None]]:
     """At a layer's first shape: a tracer that traces the shape-free options symbolically and
-    instantiates them (checking the whole tape against ``inner``'s trace), and a function to call once the profile is made, which keeps the
-    programs under ``key``. Where the batch cannot be made symbolic, the layer does not
-    trace so, or a check fails: ``inner``'s traces, and nothing kept."""
+    instantiates them (checking the whole tape against ``inner``'s trace), and a function to
+    call once the profile is made, which keeps the programs under ``key``. Searched options
+    are traced with their policy moved to the symbolic program (``memo["plain"]``: the
+    concrete plain forward it was found on). Where the batch cannot be made symbolic, the
+    layer does not trace so, or a check fails: ``inner``'s traces, and nothing kept."""
     for sequence in (True, False):  # the batch and sequence length, else the batch alone
         symbolic = symbolic_input(x, sequence)
         if symbolic is None or (sequence and not any(SEQUENCE in s for s in symbolic.symbols)):
@@ -101,14 +122,16 @@ def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, inner: Trace
         return inner, lambda: None
     replay = replayed(plain, jax.tree.structure(shape), getattr(layer, "__name__", "layer"))
     kept: dict[tuple[str, bool], VjpPrograms] = {}
+    searched: dict[tuple[str, bool], SearchedPolicy] = {}
     state = {"failed": False}
 
     def tracer(fn: Callable, p: Any, x: Any, index: int, input_grad: bool,
                option: PolicyOption) -> TracedLayer:
-        if state["failed"] or not shape_free(option.name):
+        policy = _symbolic_policy(option, memo.get("plain"), plain)
+        if state["failed"] or (policy is None and option.policy is not None):
             return inner(fn, p, x, index, input_grad, option)
         checkpointed = option.policy is not None
-        source = (jax.checkpoint(replay, policy=option.policy, prevent_cse=True)
+        source = (jax.checkpoint(replay, policy=policy, prevent_cse=True)
                   if checkpointed else fn)  # the whole tape from the layer itself
         try:
             programs = vjp_programs(source, p, symbolic.x, index, input_grad=input_grad,
@@ -124,6 +147,8 @@ def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, inner: Trace
                 kept[(option.name, input_grad)] = programs
             return traced
         kept[(option.name, input_grad)] = programs
+        if isinstance(policy, SearchedPolicy):
+            searched[(option.name, input_grad)] = policy
         return traced_programs(found, len(jax.tree.leaves(x)))
 
     def keep() -> None:
@@ -133,9 +158,19 @@ def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, inner: Trace
             ref = weakref.ref(layer)
         except TypeError:
             return
-        PROGRAMS.put(key, (ref, LayerPrograms(symbolic, plain, dict(kept))))
+        PROGRAMS.put(key, (ref, LayerPrograms(symbolic, plain, dict(kept), dict(searched))))
 
     return tracer, keep
+
+
+def _same_policy(option: PolicyOption, programs: LayerPrograms, input_grad: bool,
+                 once: Any) -> bool:
+    """Whether ``option``'s policy at this shape keeps what its symbolic programs kept: a
+    searched option's, moved to the symbolic program from the plain forward traced here
+    (``once``), must be the policy traced."""
+    traced = programs.searched.get((option.name, input_grad))
+    return traced is None or (isinstance(option.policy, SearchedPolicy)
+                              and moved_policy(option.policy, once[1], programs.plain) == traced)
 
 
 def instantiating_tracer(layer: Callable, x: Any, key: tuple, memo: dict, inner: Tracer
@@ -156,11 +191,12 @@ def instantiating_tracer(layer: Callable, x: Any, key: tuple, memo: dict, inner:
     def tracer(fn: Callable, p: Any, x: Any, index: int, input_grad: bool,
                option: PolicyOption) -> TracedLayer:
         kept = programs.options.get((option.name, input_grad))
+        once = memo.get("trace_once")
         if kept is not None and not checked:
-            once = memo.get("trace_once")
             checked.append(once is not None
                            and same_program(once[1], instantiate(programs.plain, env)))
-        if kept is None or not checked[0]:
+        if kept is None or not checked[0] or not _same_policy(option, programs, input_grad,
+                                                                once):
             return inner(fn, p, x, index, input_grad, option)
         return traced_programs(_concrete(kept, env), len(jax.tree.leaves(x)))
 

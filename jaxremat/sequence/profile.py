@@ -213,6 +213,8 @@ def _layer_profile(
     traced = tracer(layer, p, x, index, input_grad, WHOLE_TAPE)
     if plain is None and meter.scale:  # the first shape: traced from the layer itself
         plain = jax.make_jaxpr(layer)(p, x)
+        if memo is not None:  # read by the symbolic traces of searched options (polymorphic.py)
+            memo["plain"] = plain
     forward = forward_costs(layer, p, x, meter, plain)  # once, for the layer and its options
     profile = LayerProfile(index=index, input_bytes=tree_bytes(x),
                            output_bytes=tree_bytes(traced.output),
@@ -248,7 +250,7 @@ def _profile_new(layer: Callable, p: Any, x: Any, index: int, costs: str, repeat
         if found is not None:
             return found
     elif meter.scale and input_grad:  # without: derived at later shapes (derive.py)
-        tracer, keep = recording_symbolic(layer, p, x, symbolic_key(key), trace)
+        tracer, keep = recording_symbolic(layer, p, x, symbolic_key(key), memo, trace)
     recorded: dict[str, Any] = {}
     check = input_grad and reference is None and meter.scale
     found = _profile_one(layer, p, x, index, costs, repeats, input_grad, menu, meter,

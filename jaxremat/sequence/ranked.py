@@ -63,16 +63,18 @@ def contraction(prim: Any, *avals: Any, **params: Any) -> tuple[int, bool] | Non
     contracting dimensions for a ``dot_general``; for a convolution the kernel's input
     features (per group) times its spatial size (``rhs_spec`` of its ``dimension_numbers``).
     ``batched``: the ``dot_general`` has batch dimensions, or it is a convolution (neither is
-    kept by ``dots_with_no_batch_dims_saveable``)."""
+    kept by ``dots_with_no_batch_dims_saveable``). ``K`` is symbolic where a contracted
+    dimension is (:mod:`jaxremat.sequence.polymorphic`; a searched policy reads only
+    ``batched``)."""
     name = getattr(prim, "name", None)
     if name == "dot_general":
         (lhs_contract, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
         shape = avals[0].shape
-        return math.prod(int(shape[d]) for d in lhs_contract), bool(lhs_batch or rhs_batch)
+        return math.prod(shape[d] for d in lhs_contract), bool(lhs_batch or rhs_batch)
     if name == "conv_general_dilated":
         rhs_spec = params["dimension_numbers"].rhs_spec  # (out features, in features, spatial...)
         shape = avals[1].shape
-        return math.prod(int(shape[d]) for d in rhs_spec[1:]), True
+        return math.prod(shape[d] for d in rhs_spec[1:]), True
     return None
 
 

@@ -67,7 +67,7 @@ from ..trees import aval_nbytes
 from .ranked import contraction
 
 __all__ = ["BASES", "LAYOUT", "LEAN_SHARES", "SEARCHED", "SLACKS", "SUFFIXES", "SearchedPolicy",
-           "candidates", "equation_key", "search"]
+           "candidates", "equation_key", "moved_policy", "search"]
 
 SEARCHED = "dots_plus"
 """The menu entry of this module."""
@@ -155,6 +155,23 @@ def _structure(core: list[Any]) -> tuple:
     and the reshapes around the contraction change, not the equations between them)."""
     return tuple((e.primitive.name, tuple(str(getattr(v.aval, "dtype", "")) for v in e.invars))
                  for e in core)
+
+
+def moved_policy(policy: SearchedPolicy, jaxpr: ClosedJaxpr | Jaxpr, other: ClosedJaxpr | Jaxpr
+                 ) -> SearchedPolicy | None:
+    """``policy``, which keeps equations of ``jaxpr`` by key, keeping the same equations (by
+    position) of ``other``, the same program at other sizes (symbolic ones:
+    :mod:`jaxremat.sequence.polymorphic`); ``None`` where the programs differ in structure or
+    the keys tell the equations apart differently in the two (two equations sharing a key in
+    one and not in the other), so that no policy keeps the same ones in both."""
+    eqns, others = _core(getattr(jaxpr, "jaxpr", jaxpr)), _core(getattr(other, "jaxpr", other))
+    if _structure(eqns) != _structure(others):
+        return None
+    kept = {i for i, e in enumerate(eqns) if _key_of(e) in policy.keys}
+    moved = SearchedPolicy(frozenset(_key_of(others[i]) for i in kept), policy.base)
+    if {i for i, e in enumerate(others) if _key_of(e) in moved.keys} != kept:
+        return None
+    return moved
 
 
 def candidates(jaxpr: ClosedJaxpr | Jaxpr, input_bytes: int, base: str = "dots"
