@@ -13,7 +13,7 @@ from blocks import case
 from jaxremat.measure import symbolic
 from jaxremat.measure.symbolic import instantiate, same_program, shape_env, symbolic_input
 from jaxremat.measure.trace import trace_layer, vjp_programs
-from jaxremat.sequence import polymorphic
+from jaxremat.sequence import cache
 from jaxremat.sequence import profile as profile_module
 from jaxremat.sequence.derive import same_profile
 from jaxremat.sequence.profile import profile_cache, profile_sequence
@@ -174,10 +174,10 @@ def test_kept_programs_are_bounded_and_cleared_with_the_profiles():
     layer, p, x = case("mlp")
     profile_cache().clear()
     profile_sequence([layer], [p], x)
-    assert len(polymorphic.PROGRAMS) == 1
-    assert polymorphic.PROGRAMS.maxsize <= 64
+    assert len(cache.PROGRAMS) == 1
+    assert cache.PROGRAMS.maxsize <= 64
     profile_cache().clear()
-    assert len(polymorphic.PROGRAMS) == 0
+    assert len(cache.PROGRAMS) == 0
 
 
 @pytest.mark.parametrize("name", BLOCKS)

@@ -140,9 +140,7 @@ def _param(value: Any, env: Mapping[str, int], memo: dict) -> Any:
         if isinstance(value, list):
             return new
         return type(value)(*new) if hasattr(value, "_fields") else tuple(new)
-    if hasattr(value, "_evaluate") and not isinstance(value, (int, np.integer)):
-        return _dim(value, env)
-    return value
+    return _dim(value, env)
 
 
 def _jaxpr(jaxpr: Jaxpr, env: Mapping[str, int], memo: dict) -> Jaxpr:

@@ -4,7 +4,7 @@ Profiles are kept across calls by layer function and abstract signature
 (:func:`profile_cache`); beside them, per layer and input structure (shapes left out), the
 calibration of its costs (:mod:`jaxremat.sequence.calibration`), the mark that its profile
 without the input's gradient may be derived (:mod:`jaxremat.sequence.derive`), and, in a
-cache of their own cleared with it, its symbolic programs
+cache of their own cleared with it (:data:`PROGRAMS`), its symbolic programs
 (:mod:`jaxremat.sequence.polymorphic`).
 """
 
@@ -19,13 +19,18 @@ from ..measure.offload import offload_key
 from ..trees import signature
 from .layer import LayerProfile
 from .policies import OFFLOAD_POLICIES
-from .polymorphic import PROGRAMS
 
-__all__ = ["PROFILE_CACHE_SIZE", "cache_key", "cached", "calibration_key", "derived_key",
-           "profile_cache", "remember", "symbolic_key", "with_input_grad"]
+__all__ = ["PROFILE_CACHE_SIZE", "PROGRAMS", "cache_key", "cached", "calibration_key",
+           "derived_key", "profile_cache", "remember", "symbolic_key", "with_input_grad"]
 
 PROFILE_CACHE_SIZE = 1024
 """Layer profiles kept across calls (:func:`profile_cache`)."""
+
+PROGRAMS = LRU(64)
+"""Symbolic programs by layer, under :func:`symbolic_key`
+(:class:`jaxremat.sequence.polymorphic.LayerPrograms`, kept with :func:`remember` in this
+store): per layer function and input structure, not per shape. Cleared with
+:func:`profile_cache`."""
 
 PROFILES = LRU(PROFILE_CACHE_SIZE, clears=(PROGRAMS,))
 
@@ -46,7 +51,7 @@ def profile_cache() -> LRU:
     with ``"derived"`` mark a layer whose profile without the input's gradient is derived from
     the one with it at later shapes (:mod:`jaxremat.sequence.derive`; a flag, no program).
     A layer's symbolic programs, from which later batch sizes are instantiated, are kept in
-    a smaller cache of their own (:data:`jaxremat.sequence.polymorphic.PROGRAMS`).
+    a smaller cache of their own (:data:`PROGRAMS`).
     ``profile_cache().clear()`` forgets them all (e.g. after redefining a layer's behaviour
     through global state).
     """
@@ -71,23 +76,25 @@ def calibration_key(key: tuple) -> tuple:
             (treedef, tuple((len(leaf[0]),) + leaf[1:] for leaf in leaves)), *key[3:])
 
 
-def cached(key: tuple, layer: Callable) -> tuple[Any, Any] | None:
-    """The value and output kept under ``key`` for ``layer``, or ``None``."""
-    found = PROFILES.get(key)
+def cached(key: tuple, layer: Callable, store: LRU = PROFILES) -> tuple[Any, Any] | None:
+    """The value and output kept under ``key`` for ``layer`` in ``store``, or ``None``."""
+    found = store.get(key)
     if found is None or found[0]() is not layer:  # a dead function's id, reused
         return None
     return found[1], found[2]
 
 
-def remember(key: tuple, layer: Callable, value: Any, output: Any) -> None:
-    """Keep ``value`` and ``output`` under ``key`` while ``layer`` lives (a profile with index 0)."""
+def remember(key: tuple, layer: Callable, value: Any, output: Any, store: LRU = PROFILES
+             ) -> None:
+    """Keep ``value`` and ``output`` under ``key`` in ``store`` while ``layer`` lives (a
+    profile with index 0)."""
     try:
         ref = weakref.ref(layer)
     except TypeError:  # no weak references (e.g. some builtins): do not keep it across calls
         return
     if isinstance(value, LayerProfile):
         value = dataclasses.replace(value, index=0)
-    PROFILES.put(key, (ref, value, output))
+    store.put(key, (ref, value, output))
 
 
 def symbolic_key(key: tuple) -> tuple:

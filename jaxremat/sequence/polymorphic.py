@@ -6,7 +6,7 @@ policy does not look at sizes (:func:`jaxremat.sequence.policies.shape_free`) is
 the input's leading axis a symbolic batch size (:mod:`jaxremat.measure.symbolic`), and axis
 1 of inputs of rank 3 or more a symbolic sequence length where the layer traces so, and
 instantiated at that shape, instead of traced there; the symbolic programs are kept
-(:data:`PROGRAMS`). The whole tape is traced from the layer both ways, and its instantiation
+(:data:`jaxremat.sequence.cache.PROGRAMS`). The whole tape is traced from the layer both ways, and its instantiation
 must be the very program traced (:func:`jaxremat.measure.symbolic.same_program`, forward and
 backward): where it is not, the layer is traced as before at every shape. The checkpointed
 options are traced from the layer's symbolic jaxpr (:func:`jaxremat.measure.trace.replayed`,
@@ -32,7 +32,6 @@ cache cleared with :func:`jaxremat.sequence.profile.profile_cache`.
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from typing import Any, Callable
 
 import jax
@@ -42,16 +41,12 @@ from ..lru import LRU
 from ..measure.symbolic import (SEQUENCE, SymbolicInput, instantiate, instantiate_tree,
                                 same_program, shape_env, symbolic_input)
 from ..measure.trace import TracedLayer, VjpPrograms, replayed, traced_programs, vjp_programs
+from .cache import PROGRAMS, cached, remember
 from .options import Tracer
 from .policies import PolicyOption, shape_free
 from .searched import SearchedPolicy, moved_policy
 
-__all__ = ["PROGRAMS", "instantiating_tracer", "recording_symbolic"]
-
-PROGRAMS = LRU(64)
-"""Symbolic programs by layer (its id, parameter signature, input structure, whether the
-input is differentiated, costs and menu: the key of its calibration), with a weak reference
-to the layer: ``(ref, LayerPrograms)``. Cleared with :func:`jaxremat.sequence.profile.profile_cache`."""
+__all__ = ["LayerPrograms", "instantiating_tracer", "recording_symbolic"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,13 +147,9 @@ def recording_symbolic(layer: Callable, p: Any, x: Any, key: tuple, memo: dict, 
         return traced_programs(found, len(jax.tree.leaves(x)))
 
     def keep() -> None:
-        if not kept or state["failed"]:
-            return
-        try:
-            ref = weakref.ref(layer)
-        except TypeError:
-            return
-        PROGRAMS.put(key, (ref, LayerPrograms(symbolic, plain, dict(kept), dict(searched))))
+        if kept and not state["failed"]:
+            remember(key, layer, LayerPrograms(symbolic, plain, dict(kept), dict(searched)),
+                     None, PROGRAMS)
 
     return tracer, keep
 
@@ -179,10 +170,10 @@ def instantiating_tracer(layer: Callable, x: Any, key: tuple, memo: dict, inner:
     traces the others with ``inner``, once the layer's plain forward (``memo["trace_once"]``,
     traced by the profile before its first option) is checked to be the symbolic one's
     instantiation; ``None`` where nothing is kept or ``x`` is not a batch size of them."""
-    found = PROGRAMS.get(key)
-    if found is None or found[0]() is not layer:
+    found = cached(key, layer, PROGRAMS)
+    if found is None:
         return None
-    programs: LayerPrograms = found[1]
+    programs: LayerPrograms = found[0]
     env = shape_env(programs.symbolic, x)
     if env is None:
         return None
