@@ -63,6 +63,27 @@ def test_a_backward_that_frees_its_input_lowers_the_bound():
     assert math.isinf(exhaustive_optimum(chain, 4)) and math.isinf(chain_time_bound(chain, 4).time)
 
 
+def test_twin_cases_of_different_cost_do_not_mislead_highs():
+    """One layer whose second option has a free backward: keeping its tape (``simple``,
+    time 1) is the optimum. ``simple`` and ``held`` have the same memory rows but not the
+    same time, and HiGHS's MIP presolve returned 2 (``tape_again``) at budgets 16-29 but 1
+    at 15 and 30 (a hypothesis draw of tests/test_own_reads.py); the program now keeps
+    only the cheapest of such twins."""
+    import numpy as np
+
+    options = solver.LayerOptions(
+        xbar_size=np.array([[9.0, 9.0]]), fwd_time=np.ones((1, 2)), fwd_tape_time=np.ones((1, 2)),
+        bwd_time=np.array([[1.0, 0.0]]), fwd_tmp=np.zeros((1, 2)), bwd_tmp=np.zeros((1, 2)),
+        output_in_tape=np.ones((1, 2), bool), valid=np.ones((1, 2), bool),
+        names=(("everything", "free backward"),), fwd_tape_tmp=np.zeros((1, 2)))
+    chain = solver.Chain(fwd_time=[1.0], bwd_time=[1.0], x_size=[0.0, 6.0], xbar_size=[9.0],
+                         output_in_tape=[True], fwd_tape_time=[1.0], options=options)
+    for budget in (15, 16, 20, 29, 30):
+        bound = chain_time_bound(chain, budget)
+        assert bound.time == exhaustive_optimum(chain, budget) == 1.0
+        assert bound.options == (1,) and bound.cases == ("simple",)
+
+
 def test_equals_the_dp_on_the_recorded_mlp_chain():
     """16 profiled layers (whole tape, dots, three dots_plus options; outputs outside the
     tapes, inputs not read by the backward): the DP keeps every tape, so the bound meets

@@ -193,6 +193,22 @@ class _Columns:
         return cls(*fields), first
 
 
+def _cheapest_of_twins(matrix: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """The columns to keep: of binaries with identical columns in ``matrix`` (every row),
+    the cheapest (the first among equals); the others never improve a point.
+
+    Not only a smaller program: HiGHS's MIP presolve (scipy 1.17-1.18) can return a wrong
+    optimum, marked optimal, when two binaries are such twins of different cost (the simple
+    and held cases of a layer often are). On ``min 2a + c + d`` over binaries ``a + b + c +
+    d = 1`` with ``H - 6b - 6c <= 4``, ``H >= 9b + 9c``, ``H >= 0`` it reports 1, not 0 (with
+    presolve off, 0; but off, 200-layer chains take 10-100x longer). The same class of
+    presolve bug as HiGHS issues #3043, #3073 and #3094.
+    """
+    order = np.lexsort((np.arange(len(cost)), cost))  # by cost, then position
+    _, first = np.unique(matrix[:, order].T, axis=0, return_index=True)
+    return np.sort(order[first])
+
+
 def _rebuilt_inputs(chain: Chain, col: _Columns, first: np.ndarray, max_cut: np.ndarray,
                     add_ge, variables: tuple[int, int, int, int]) -> None:
     """The rows of the input a rebuilt layer's ``F*(i)`` reads (module docstring, "Rebuilt
@@ -303,23 +319,27 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
         le_high.append(high)
     one = np.zeros((L, nv))
     one[col.layer, np.arange(n)] = 1.0
-    constraints = [optimize.LinearConstraint(np.array(le_rows), -np.inf, np.array(le_high)),
-                   optimize.LinearConstraint(np.array(ge_rows), np.array(ge_low), np.inf),
-                   optimize.LinearConstraint(one, 1.0, 1.0)]
+    le, ge = np.array(le_rows), np.array(ge_rows)
     # in units of 1e-9 of the least time, so that HiGHS's absolute gap (1e-6) is negligible
     least = np.array([col.time[col.layer == i].min() for i in range(L)])
     total = float(first.sum() + least.sum())
     unit = total * 1e-9 if total > 1e-290 else 1.0
     objective = np.concatenate([(col.time - least[col.layer]) / unit, np.zeros(nv - n)])
     objective[P:P + L] = 1.0 / unit
+    kept = np.concatenate([_cheapest_of_twins(np.vstack([le, ge, one])[:, :n], objective[:n]),
+                           np.arange(n, nv)])
+    constraints = [optimize.LinearConstraint(le[:, kept], -np.inf, np.array(le_high)),
+                   optimize.LinearConstraint(ge[:, kept], np.array(ge_low), np.inf),
+                   optimize.LinearConstraint(one[:, kept], 1.0, 1.0)]
     integrality = np.concatenate([np.ones(n), np.zeros(nv - n)])
     integrality[Y:Y + L] = 1
     upper = np.concatenate([np.ones(n), np.full(nv - n, np.inf)])
     upper[Y:Y + L] = 1.0
     lower = np.zeros(nv)
     lower[T:T + L] = -np.inf  # a backward that frees its input as it reads it: bwd_tmp < 0
-    result = optimize.milp(objective, constraints=constraints, integrality=integrality,
-                           bounds=optimize.Bounds(lower, upper),
+    result = optimize.milp(objective[kept], constraints=constraints,
+                           integrality=integrality[kept],
+                           bounds=optimize.Bounds(lower[kept], upper[kept]),
                            options={"time_limit": time_limit, "mip_rel_gap": 0.0})
     seconds = timer.perf_counter() - start
     if result.status == 2:  # no point fits: no sequence does
@@ -335,6 +355,8 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
             f"(status {result.status}: {result.message}); raise time_limit.")
     if result.x is None:
         return ChainBound(base + float(bound) * unit, False, (), (), seconds)
-    pick = sorted(np.flatnonzero(result.x[:n] > 0.5), key=lambda c: col.layer[c])
+    x = np.zeros(nv)
+    x[kept] = result.x
+    pick = sorted(np.flatnonzero(x[:n] > 0.5), key=lambda c: col.layer[c])
     return ChainBound(base + float(bound) * unit, optimal, tuple(int(col.option[c]) for c in pick),
                       tuple(CASES[col.case[c]] for c in pick), seconds)
