@@ -23,7 +23,7 @@ over broadcast unit axes), so a batch of one is always traced.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
@@ -39,6 +39,7 @@ SYMBOL = "b"
 """The name of the symbolic batch size (the leading axis)."""
 SEQUENCE = "t"
 """The name of the symbolic sequence length (axis 1 of inputs of rank 3 or more)."""
+_SIZES = "sizes"  # instantiate's memo: the _Sizes of its env (its other keys are ids)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +114,22 @@ def _dim(d: Any, env: Mapping[str, int]) -> Any:
     evaluate = getattr(d, "_evaluate", None)  # jax._src.export.shape_poly._DimExpr
     if evaluate is None or isinstance(d, (int, np.integer)):
         return d
-    return int(evaluate(dict(env)))
+    dims = getattr(env, "dims", None)
+    if dims is None:
+        return int(evaluate(dict(env)))
+    found = dims.get(d)
+    if found is None:  # an expression's value, once per instantiation
+        found = dims[d] = int(evaluate(dict(env)))
+    return found
+
+
+class _Sizes(dict):
+    """An environment ``{name: size}`` that remembers each expression's value (``dims``)."""
+
+    def __init__(self, env: Mapping[str, int]) -> None:
+        super().__init__(env)
+        self.dims: dict[Any, int] = {}
+        self.avals: dict[Any, Any] = {}
 
 
 def _shape(shape: Any, env: Mapping[str, int]) -> tuple[int, ...]:
@@ -126,6 +142,25 @@ def _aval(aval: Any, env: Mapping[str, int]) -> Any:
         return aval
     new = _shape(shape, env)
     return aval if new == tuple(shape) else aval.update(shape=new)
+
+
+def _aval_memo(env: Mapping[str, int]) -> Callable[[Any], Any]:
+    """:func:`_aval` in ``env``, once per distinct aval where ``env`` remembers them
+    (:class:`_Sizes`)."""
+    avals = getattr(env, "avals", None)
+    if avals is None:
+        return lambda a: _aval(a, env)
+
+    def aval(a: Any) -> Any:
+        try:
+            found = avals.get(a)
+        except TypeError:  # an unhashable aval
+            return _aval(a, env)
+        if found is None:
+            found = avals[a] = _aval(a, env)
+        return found
+
+    return aval
 
 
 def _param(value: Any, env: Mapping[str, int], memo: dict) -> Any:
@@ -147,13 +182,14 @@ def _jaxpr(jaxpr: Jaxpr, env: Mapping[str, int], memo: dict) -> Jaxpr:
     if id(jaxpr) in memo:
         return memo[id(jaxpr)][1]
     names: dict[Any, Any] = {}
+    aval = _aval_memo(env)
 
     def var(v: Any) -> Any:
         if isinstance(v, Literal):
             return v
         found = names.get(v)
         if found is None:
-            found = names[v] = new_var(_aval(v.aval, env))
+            found = names[v] = new_var(aval(v.aval))
         return found
 
     constvars = [var(v) for v in jaxpr.constvars]
@@ -176,8 +212,13 @@ def instantiate(closed: ClosedJaxpr, env: Mapping[str, int], memo: dict | None =
                 ) -> ClosedJaxpr:
     """``closed`` with every symbolic dimension evaluated in ``env`` (``{name: size}``):
     the avals of its variables and every shape in its equations' parameters, nested jaxprs
-    included. ``memo`` shares nested jaxprs between the programs of one layer."""
-    return _closed(closed, env, {} if memo is None else memo)
+    included. ``memo`` shares nested jaxprs (and evaluated shapes) between the programs of
+    one layer at one ``env``."""
+    memo = {} if memo is None else memo
+    sizes = memo.get(_SIZES)
+    if sizes is None or sizes != env:
+        sizes = memo[_SIZES] = _Sizes(env)
+    return _closed(closed, sizes, memo)
 
 
 def instantiate_tree(tree: Any, env: Mapping[str, int]) -> Any:
