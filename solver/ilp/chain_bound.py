@@ -197,12 +197,14 @@ def _cheapest_of_twins(matrix: np.ndarray, cost: np.ndarray) -> np.ndarray:
     """The columns to keep: of binaries with identical columns in ``matrix`` (every row),
     the cheapest (the first among equals); the others never improve a point.
 
-    Not only a smaller program: HiGHS's MIP presolve (scipy 1.17-1.18) can return a wrong
-    optimum, marked optimal, when two binaries are such twins of different cost (the simple
-    and held cases of a layer often are). On ``min 2a + c + d`` over binaries ``a + b + c +
-    d = 1`` with ``H - 6b - 6c <= 4``, ``H >= 9b + 9c``, ``H >= 0`` it reports 1, not 0 (with
-    presolve off, 0; but off, 200-layer chains take 10-100x longer). The same class of
-    presolve bug as HiGHS issues #3043, #3073 and #3094.
+    HiGHS's MIP presolve (scipy 1.17-1.18) returns wrong optima, marked optimal, on this
+    program's structure: on ``min 2a + c + d`` over binaries ``a + b + c + d = 1`` with
+    ``H - 6b - 6c <= 4``, ``H >= 9b + 9c``, ``H >= 0`` it reports 1, not 0, where ``b`` and
+    ``c`` are twins of different cost (the simple and held cases of a layer often are), and
+    likewise where two such columns differ only in rows it reduces away first (two options of
+    one layer). Removing twins did not suffice, so :func:`chain_time_bound` runs HiGHS
+    without presolve (10-100x slower on random 200-layer chains; 0.01-0.5 s on profiled
+    ones). The same class of presolve bug as HiGHS issues #3043, #3073 and #3094.
     """
     order = np.lexsort((np.arange(len(cost)), cost))  # by cost, then position
     _, first = np.unique(matrix[:, order].T, axis=0, return_index=True)
@@ -242,9 +244,11 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
     See the module docstring for the program and the proof. The chain may use every field
     of :class:`~solver.chain.chain.Chain` (options, tapes, temporaries, tape-only forwards,
     inputs read in part). The program has about ``5 * sum(num_options) + 6 L`` variables:
-    0.01-2 s on 8-16 profiled layers, 0.4-3.5 s on random chains of 200 layers with 4
-    options (where the best schedules recompute much, the bound can be loose: 0.80-0.82 of
-    the DP's time on those chains).
+    0.01-0.5 s on 6-16 profiled layers; on random chains of 200 layers with 4 options 3-60 s,
+    often stopped at ``time_limit`` with the dual bound reached (HiGHS runs without its
+    presolve, which returns wrong optima here: :func:`_cheapest_of_twins`; where the best
+    schedules recompute much, the bound can be loose: 0.80-0.82 of the DP's time on those
+    chains).
 
     Raises:
       TypeError: ``chain`` is not a :class:`~solver.chain.chain.Chain`.
@@ -340,7 +344,8 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
     result = optimize.milp(objective[kept], constraints=constraints,
                            integrality=integrality[kept],
                            bounds=optimize.Bounds(lower[kept], upper[kept]),
-                           options={"time_limit": time_limit, "mip_rel_gap": 0.0})
+                           options={"time_limit": time_limit, "mip_rel_gap": 0.0,
+                                    "presolve": False})  # _cheapest_of_twins: HiGHS's is wrong
     seconds = timer.perf_counter() - start
     if result.status == 2:  # no point fits: no sequence does
         return ChainBound(math.inf, True, (), (), seconds)
