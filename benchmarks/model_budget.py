@@ -21,6 +21,8 @@ the plain model's, and the gradient's flops (``cost_analysis`` before XLA optimi
   consecutive uniform memories (``fitted @ 0.232``: that share), its flops over those of the
   cheapest uniform policy whose measured memory fits ("-" where none fits) and whether its
   overhead over the plain step is at most half that policy's (:func:`_half`, issue 17.6).
+  Each fitted row ends with the fit's CPU seconds (``time.process_time``; a menu's first fit
+  profiles the blocks, later ones reuse the profiles).
 
     python benchmarks/model_budget.py            # small sizes, ~15 minutes on 2 CPU cores
     python benchmarks/model_budget.py --models gpt,vit --policies plus   # the MaxText table
@@ -51,6 +53,7 @@ import functools
 import importlib.util
 import pathlib
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -199,9 +202,12 @@ def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: 
         if (menu, budget) not in fits:  # presets of the same memory: one fit
             model = make(fitted[menu])
             model.remat_budget = budget
+            start = time.process_time()
             plan = model.fit_blocks(loss_fn, *batch)
-            fits[menu, budget] = model, plan, measure(model), _flops(model, loss_fn, *batch)
-        model, plan, memory, flops = fits[menu, budget]
+            seconds = time.process_time() - start
+            fits[menu, budget] = (model, plan, measure(model), _flops(model, loss_fn, *batch),
+                                  seconds)
+        model, plan, memory, flops, seconds = fits[menu, budget]
         assert memory <= plan.scope.budget
         ratio = f"{flops / uniform[policy][1]:>13.3f}" if policy else f"{'-':>13}"
         options = sorted({o for o in plan.options if o != "everything"})
@@ -213,7 +219,7 @@ def compare(name: str, make, cls, before, after, loss_fn, batch, shares, costs: 
               + (f" (policies {', '.join(options)})" if options else "")
               + (f"; vs {policy}" if between and policy else "")
               + (f"; half its overhead: {_half(flops, uniform[policy][1], plain_flops)}"
-                 if between and policy else ""))
+                 if between and policy else "") + f"; fit {seconds:.1f} CPU s")
 
 
 def _between(memories) -> list[int]:

@@ -47,8 +47,9 @@ bound took (``--oracle-time-limit``).
 on the tape) and adds a table with menu ``finer``: the default menu and all of those
 unions, applied to every layer (issue 17.6: would a finer option reach the target?).
 ``--policies`` names the menus jaxremat plans with (:data:`MENUS`; one table per menu, the
-uniform policies measured once): ``default``, ``none`` (the whole tape only), ``ranked``
-(the default and ``"dots_ranked"``, issue 17.6), ``plus`` (the default and ``"dots_plus"``),
+uniform policies measured once): ``default``, ``none`` (the whole tape only), ``basic``
+(the default menu without ``"searched"``: the default before session 24), ``ranked`` (the
+default and ``"dots_ranked"``, issue 17.6), ``plus`` (the default and ``"dots_plus"``),
 ``ranked_plus`` (both).
 
 On a GPU (``--device-columns auto``; ``on`` also runs them on CPU, where they mean nothing:
@@ -92,7 +93,8 @@ UNIFORM = {
 # the uniform policy's plan among solver.uniform_plans (by method name)
 UNIFORM_METHOD = {"nothing": "every_layer", "dots_no_batch": "uniform:dots_no_batch",
                   "dots": "uniform:dots", "everything": "none"}
-MENUS = {"default": None, "none": (), "ranked": DEFAULT_POLICIES + ("dots_ranked",),
+MENUS = {"default": None, "none": (), "basic": ("dots", "dots_no_batch", "names"),
+         "ranked": DEFAULT_POLICIES + ("dots_ranked",),
          "plus": DEFAULT_POLICIES + ("dots_plus",),
          "ranked_plus": DEFAULT_POLICIES + ("dots_ranked", "dots_plus")}
 """jaxremat's policy menus by ``--policies`` name (``remat_sequence(policies=...)``)."""

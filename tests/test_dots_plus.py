@@ -9,6 +9,7 @@ from __future__ import annotations
 import blocks
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from blocks import assert_same_grads, loss_of, plain_grads
 
@@ -141,6 +142,51 @@ def test_the_profile_gets_the_option_cheaper_than_dots():
     for _, policy in search(layer, p, x, jax.make_jaxpr(layer)(p, x), tree_bytes(x),
                             "dots_no_batch"):
         assert policy.base == "dots_no_batch"
+
+
+def test_the_default_menu_takes_the_widest_union_of_each_base():
+    """``"searched"`` (on the default menu): of the search's unions, the last (widest) per
+    base, named as ``"dots_plus"`` names it; a menu with both profiles each option once."""
+    layer, p, x = blocks.case("attention")
+    assert "searched" in check_policies(None)
+    menu, _ = menu_for(check_policies(("dots_plus",)), layer, p, x)
+    every = [o for o in menu if isinstance(o.policy, SearchedPolicy)]
+    widest = {o.policy.base: o.name for o in every}
+    assert len(every) > len(widest) >= 2  # a base with more than one union: a real choice
+    default, _ = menu_for(check_policies(None), layer, p, x)
+    assert [o.name for o in default if isinstance(o.policy, SearchedPolicy)] == list(
+        widest.values())
+    both, _ = menu_for(check_policies(("searched", "dots_plus")), layer, p, x)
+    assert sorted(o.name for o in both) == sorted(o.name for o in menu)
+    (found,) = profile_sequence([layer], [p], x).layers
+    assert set(found.option_names) & set(widest.values())
+
+
+def test_under_vmap_the_searched_options_are_left_out_and_the_plan_says_why():
+    """``jax.checkpoint`` calls a policy with vmap's batched shapes, which a searched policy
+    (keyed by the shapes profiled per example) does not recognise: under a vmap the sequence
+    sees, the default menu profiles without them, and the gradients are the plain ones."""
+    layer, p, x = blocks.case("attention")
+    seq = remat_sequence([layer, layer], "90%")
+    xs = jnp.stack([x, 2 * x])
+    plans = []
+    jax.vmap(lambda x: plans.append(seq.plan([p, p], x)) or x)(xs)
+    (plan,) = plans
+    searched_names = ("dots_plus", "dots_no_batch_plus", "nothing_plus")
+    for found in plan.layers:
+        assert not any(name.startswith(searched_names) for name in found.option_names)
+        assert "jax.vmap" in dict(found.dropped)["searched"]
+    assert "'searched' dropped" in str(plan)
+    unbatched = seq.plan([p, p], x)  # the same sequence outside vmap keeps them
+    assert any(name.startswith(searched_names) for name in unbatched.layers[0].option_names)
+
+    def loss(f):
+        return lambda p, xs: jnp.sum(jax.vmap(lambda x: f([p, p], x))(xs) ** 2)
+
+    got = jax.jit(jax.grad(loss(seq)))(p, xs)
+    want = jax.jit(jax.grad(loss(lambda ps, x: layer(ps[1], layer(ps[0], x)))))(p, xs)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
 
 
 def test_layer_without_dots_gets_no_option_and_says_why():

@@ -83,14 +83,14 @@ def plain_step(x, variables):
     return step(make(None), variables, x)
 
 
-@pytest.mark.parametrize("budget,method", [("45%", "rotor"), ("100%", "rotor"),
+@pytest.mark.parametrize("budget,method", [("40%", "rotor"), ("100%", "rotor"),
                                            ("100%", "every_layer")])
 def test_step_equals_the_plain_model(x, variables, plain_step, budget, method):
     """Same loss, gradients (same dropout masks in forward and recomputation) and
     batch_stats updated once, as in the plain nn.Sequential."""
     model = make(budget, method)
     plan = model.apply(variables, x, method="plan", rngs={"dropout": jax.random.key(0)})
-    if budget == "45%":
+    if budget == "40%":  # recomputes (at 45% the searched options store each layer in part)
         assert max(plan.forward_counts) > 1
     loss, grads, updates = step(model, variables, x)
     plain_loss, plain_grads, plain_updates = plain_step

@@ -191,6 +191,10 @@ def test_the_training_step_uses_the_fitted_plan(cases, monkeypatch):
     assert not calls
 
 
+BASIC = ("dots", "dots_no_batch", "names")  # the default menu but its searched options: tests
+# of what a budget's scope means need no search (the default-menu tests above do one)
+
+
 def test_without_a_fit_the_step_is_measured_with_a_loss_of_the_outputs():
     make, cls, _, _, loss_fn, (data,) = _gpt_case(depth=3, context=8, batch=4, dim=16)
 
@@ -198,7 +202,8 @@ def test_without_a_fit_the_step_is_measured_with_a_loss_of_the_outputs():
         return gpt.optax.softmax_cross_entropy_with_integer_labels(
             logits, jnp.zeros(logits.shape[:-1], jnp.int32)).mean()
 
-    Measured = remat_blocks("blocks", budget="45%", loss=cross_entropy, name="run")(
+    Measured = remat_blocks("blocks", budget="45%", loss=cross_entropy, name="run",
+                            policies=BASIC)(
         type("GPTWithLoss", (cls,), {"__call__": lambda self, t: _gpt_after(
             self, self.run(_gpt_before(self, t)))}))
     model = make(Measured)
@@ -210,7 +215,7 @@ def test_without_a_fit_the_step_is_measured_with_a_loss_of_the_outputs():
 
 def test_scope_blocks_keeps_the_blocks_only_meaning():
     make, cls, before, after, loss_fn, (data,) = _gpt_case(depth=3, context=8, batch=4, dim=16)
-    Blocks = remat_blocks("blocks", budget="50%", scope="blocks", name="run")(
+    Blocks = remat_blocks("blocks", budget="50%", scope="blocks", name="run", policies=BASIC)(
         type("GPTBlocks", (cls,), {"__call__": lambda self, t: after(self, self.run(before(self, t)))}))
     model = make(Blocks)
     hidden = _gpt_before(model, data[:, :-1])

@@ -90,14 +90,15 @@ def plain_run(x):
 
 
 @pytest.mark.parametrize("budget,method", [
-    ("45%", "rotor"), ("70%", "rotor"), ("100%", "rotor"), ("100%", "every_layer"),
+    ("40%", "rotor"), ("70%", "rotor"), ("100%", "rotor"), ("100%", "every_layer"),
 ])
 def test_training_equals_the_plain_model(x, plain_run, budget, method):
     """Loss, gradients (dropout on), BatchNorm statistics, RNG counters and parameters
     after two adamw steps equal those of the plain nnx.Sequential with the same seeds."""
     model = make(budget, method)
     plan = model.plan(x)
-    if budget == "45%":  # the test must exercise recomputation
+    if budget == "40%":  # the test must exercise recomputation (at 45% the searched options
+        # store every layer in part)
         assert max(plan.forward_counts) > 1
     losses, grads, state = run_steps(model, x)
     plain_losses, plain_grads, plain_state = plain_run
@@ -112,7 +113,7 @@ def test_training_equals_the_plain_model(x, plain_run, budget, method):
 def test_batch_stats_updated_once_and_rngs_advanced_once(x):
     """One step changes the running statistics exactly as one plain forward does, and each
     Dropout's RNG counter advances by one (the recomputation draws no new keys)."""
-    model = make("45%")
+    model = make("40%")
     assert max(model.plan(x).forward_counts) > 1
     plain = make(None)
     run_steps(model, x, steps=1)
@@ -277,7 +278,9 @@ def test_budget_under_vmap_refers_to_the_whole_batch(x):
     layers = [Dense(DIM, rngs) for _ in range(8)]
     examples = jnp.stack([x, -x, 0.5 * x])  # an nnx.vmap batch of 3 inputs
     no_remat = jnnx.plan_modules(layers, x, budget="100%").predicted_peak
-    per_example = jnnx.plan_modules(layers, x, budget=int(0.5 * no_remat))
+    # under the vmap the menu has no searched options (their policies are keyed by shapes)
+    per_example = jnnx.plan_modules(layers, x, budget=int(0.5 * no_remat),
+                                    policies=("dots", "dots_no_batch", "names"))
     assert max(per_example.forward_counts) >= 2  # the half budget forces recomputation
     seen = []
 

@@ -158,7 +158,9 @@ def test_budget_under_vmap_refers_to_the_whole_batch():
     examples = jnp.stack([x, -x, 0.5 * x])  # a vmap batch of 3 sequences inputs
     budget = 3 * mid_budget(layers, params, x)
     seq = remat_sequence(layers, budget)
-    single = remat_sequence(layers, budget // 3).plan(params, x)
+    # under the vmap the menu has no searched options (their policies are keyed by shapes)
+    single = remat_sequence(layers, budget // 3,
+                            policies=("dots", "dots_no_batch", "names")).plan(params, x)
     loss = lambda p, xs: jnp.sum(jax.vmap(lambda x: jnp.sum(seq(p, x)))(xs))
     plain_loss = lambda p, xs: jnp.sum(jax.vmap(lambda x: jnp.sum(plain(layers, p, x)))(xs))
     grads, want = jax.jit(lambda p, xs: (jax.grad(loss)(p, xs), jax.grad(plain_loss)(p, xs)))(
@@ -237,7 +239,7 @@ def test_plan_report_and_table():
     assert [r["tape_bytes"] for r in rows] == list(chain.xbar_size)
     assert [r["forwards"] for r in rows] == plan.schedule.forward_counts(len(layers))
     for row in rows:
-        assert (row["decision"] == "store tape") == (row["forwards"] == 1)
+        assert row["decision"].startswith("store tape") == (row["forwards"] == 1)
         if row["forwards"] > 1:
             assert f"recompute x{row['forwards'] - 1}" in row["decision"]
     text = str(plan)

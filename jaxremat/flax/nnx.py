@@ -155,7 +155,8 @@ def plan_pure_layers(
     abstract_params = [abstractify(p, f"the state of layer {i}") for i, p in enumerate(params)]
     abstract_x = abstractify(activation, "the sequence input")
     menu = check_policies(policies)
-    profile_key = (keys, signature(abstract_params), signature(abstract_x), costs, input_grad, menu)
+    profile_key = (keys, signature(abstract_params), signature(abstract_x), costs, input_grad, menu,
+                   batch > 1)
     plan_key = (profile_key, batch, budget, method, slots, key_bytes)
     plan = _plans.get(plan_key)
     if plan is not None:
@@ -167,7 +168,7 @@ def plan_pure_layers(
         profile = _profiles.get(profile_key)
         if profile is None:
             profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs,
-                                       input_grad=input_grad, policies=menu)
+                                       input_grad=input_grad, policies=menu, vmapped=batch > 1)
             _profiles.put(profile_key, profile)
         plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend,
                           batch_size=batch, input_grad=input_grad,

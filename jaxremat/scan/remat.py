@@ -46,7 +46,7 @@ from solver import Chain, Schedule
 from ..lru import LRU
 from ..budget import check_budget, is_share, parse_budget, resolve_budget
 from ..sequence.plan import check_settings
-from ..sequence.policies import check_policies
+from ..sequence.policies import DEFAULT_POLICIES, check_policies, unbatched_menu
 from ..sequence.profile import profile_sequence
 from .checks import check_differentiable, check_scannable, program_size, scan_length
 from .family import FamilyInfeasible, chain_options, choose, loop_margin, member_schedule
@@ -58,14 +58,19 @@ from .realize import measured_memory, run_member
 from ..trace_state import vmap_batch_size
 from ..trees import abstractify, signature
 
-__all__ = ["RematScan", "ScanPlan", "remat_scan", "program_size", "SCAN_METHODS", "loop_margin",
-           "margin_bytes"]
+__all__ = ["RematScan", "ScanPlan", "remat_scan", "program_size", "SCAN_METHODS", "SCAN_POLICIES",
+           "loop_margin", "margin_bytes"]
 
 SCAN_METHODS = ("rotor", "none", "every_layer", "sqrt")
 """``"rotor"``: the best nested-scan plan; the others are fixed members: store every tape,
 checkpoint every layer (``jax.checkpoint`` per layer, ``nnx.remat``'s default), and Chen's
 sqrt(L) segments."""
 
+SCAN_POLICIES = unbatched_menu(DEFAULT_POLICIES)[0]
+"""The default menu of a scanned layer: the sequence's default without the searched options
+(``"searched"``), whose scanned loops' peaks the loop margins were not fitted to (on the
+test suite's MLP and GPT-2 blocks they measured up to 2% above the prediction); name them
+in ``policies=`` to have them."""
 
 _MARGINS = LRU(64)  # (layer id, signatures, options) -> (weak reference, margin_bytes)
 
@@ -121,7 +126,8 @@ class RematScan:
             raise ValueError(f"max_levels must be an integer >= 0, got {max_levels!r}.")
         self._layer, self._budget = layer, check_budget(budget)
         self._method, self._costs, self._max_levels = method, costs, max_levels
-        self._policies = check_policies(policies) if method == "rotor" else ()
+        menu = check_policies(policies) if policies is not None else SCAN_POLICIES
+        self._policies = menu if method == "rotor" else ()
         self._unroll = check_unroll(unroll)
         self._cache: dict[tuple, ScanPlan] = {}
         self.profile_count = 0
@@ -239,7 +245,8 @@ class RematScan:
         unroll = auto_unroll(equations) if self._unroll == "auto" else self._unroll
         profile = profile_sequence([self._layer] * length, [one] * length, abstract_x,
                                    costs=self._costs, progress=False, input_grad=True,
-                                   policies=self._policies, free_inputs=False)
+                                   policies=self._policies, free_inputs=False,
+                                   vmapped=batch > 1)
         self.profile_count += 1
         chain = _whole_inputs(profile.chain)
         policies = option_policies(profile.layers[0])
@@ -315,8 +322,8 @@ def remat_scan(layer: Callable, budget: int | float | str, *, method: str = "rot
       max_levels: the most checkpointing levels (nested ``lax.scan`` depth is one more).
       policies: the ``jax.checkpoint`` policies the scanned layers may run under
         (:mod:`jaxremat.sequence.policies`; uniform within the scan: one body): ``None`` for
-        the default menu, a sequence of names and callables, or ``()`` for the whole tape
-        only. A member of the family is then, e.g., the plain scan with the layer under
+        :data:`SCAN_POLICIES`, a sequence of names and callables, or ``()`` for the whole
+        tape only. A member of the family is then, e.g., the plain scan with the layer under
         ``dots_saveable``, or checkpointed segments whose layers run under it. Only
         ``method="rotor"`` uses them.
       unroll: inner runs of at most this many layers run unrolled inside the scan over

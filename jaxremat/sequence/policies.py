@@ -24,13 +24,18 @@ into the per-layer menu of such options:
   convolution outputs whose contraction ``K`` is at least a threshold" (options
   ``"dots_ranked:>=K"``), the thresholds read from the layer's jaxpr: outputs ranked by
   recompute flops per kept byte (:mod:`jaxremat.sequence.ranked`, issue 17.6);
-* ``"dots_plus"`` (opt-in): per layer, up to seven policies found by a measured greedy
-  search: ``dots_saveable`` or ``dots_with_no_batch_dims_saveable`` and the values that
-  make it cheaper at about the same tape (options ``"dots_plus"``, ``"dots_plus:wide"``,
-  ``"dots_no_batch_plus"``, ``"dots_no_batch_plus:wide"``), and the values worth most
-  recomputation per byte within a third, two thirds and all of the tape of
-  ``dots_with_no_batch_dims_saveable`` (``"nothing_plus"``, ``":wide"``, ``":wider"``):
-  :mod:`jaxremat.sequence.searched`, issue 17.6;
+* ``"searched"``: per layer, up to three policies found by a measured greedy search
+  (:mod:`jaxremat.sequence.searched`, issue 17.6), one per base: ``dots_saveable`` and
+  ``dots_with_no_batch_dims_saveable`` each with the values that make it cheaper within a
+  quarter more tape, and the values worth most recomputation per byte within the tape of
+  ``dots_with_no_batch_dims_saveable`` (options named after their base and the limit the
+  search reached them at: ``"dots_plus:wide"``, ``"dots_no_batch_plus"``,
+  ``"nothing_plus:wider"``...);
+* ``"dots_plus"`` (opt-in): every option of that search, up to seven: per dots base the
+  unions within 1/16 and 1/4 more tape (``"dots_plus"``, ``"dots_plus:wide"``,
+  ``"dots_no_batch_plus"``, ``"dots_no_batch_plus:wide"``), over nothing those within a
+  third, two thirds and all of ``dots_with_no_batch_dims_saveable``'s tape
+  (``"nothing_plus"``, ``":wide"``, ``":wider"``); ``"searched"``'s are among them;
 * ``"offload_dots_no_batch"``: ``offload_dot_with_no_batch_dims`` to ``pinned_host``
   (those matmul outputs kept in host memory instead of on the device);
 * ``"offload_names"``: ``save_and_offload_only_these_names`` with the marked names
@@ -57,11 +62,11 @@ import jax
 from ..jax_compat import sub_jaxprs
 from ..trees import tree_bytes
 from .ranked import RANKED, Dot, RankedDots, layer_dots, menu_thresholds, ranked_notes
-from .searched import SEARCHED, search
+from .searched import SEARCHED, WIDEST, search
 
 __all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
            "check_policies", "layer_menu", "marked_names", "menu_for", "name_groups",
-           "offload_policy", "shape_free", "WHOLE_TAPE"]
+           "offload_policy", "shape_free", "unbatched_menu", "WHOLE_TAPE"]
 
 _BUILTIN: dict[str, Callable[..., bool]] = {
     "dots": jax.checkpoint_policies.dots_saveable,
@@ -79,10 +84,11 @@ _ALIASES = {
 }
 OFFLOAD_POLICIES = ("offload_dots_no_batch", "offload_names")
 """The policy names that keep residuals in host memory (``pinned_host``)."""
-POLICY_NAMES = ("everything", "dots", "dots_no_batch", "names", RANKED, SEARCHED) + OFFLOAD_POLICIES
+POLICY_NAMES = (("everything", "dots", "dots_no_batch", "names", WIDEST, RANKED, SEARCHED)
+                + OFFLOAD_POLICIES)
 """The policy names ``policies=`` accepts (JAX's own names, e.g. ``"dots_saveable"``, too)."""
 
-DEFAULT_POLICIES = ("dots", "dots_no_batch", "names")
+DEFAULT_POLICIES = ("dots", "dots_no_batch", "names", WIDEST)
 """The default menu (``policies=None``); option 0, the whole tape, is always on it."""
 
 _MAX_NAME_GROUPS = 7  # layers marking 2..7 names also get the groups of name_groups
@@ -125,6 +131,21 @@ def shape_free(option: str) -> bool:
     options (keyed by shapes and contraction sizes) nor a user's callable."""
     return (option in ("everything", "dots", "dots_no_batch", "offload_dots_no_batch")
             or option.startswith(("names:", "offload_names:")))
+
+
+_SHAPE_KEYED = (WIDEST, SEARCHED)
+_UNDER_VMAP = ("left out under jax.vmap: its policy is keyed by the operand shapes the layer "
+               "was profiled with, and jax.checkpoint calls it with vmap's batched shapes")
+
+
+def unbatched_menu(menu: tuple[str | Callable, ...]
+                   ) -> tuple[tuple[str | Callable, ...], tuple[tuple[str, str], ...]]:
+    """``menu`` (checked) for layers profiled per example under ``jax.vmap``, and ``(entry,
+    reason)`` for each entry left out: the searched policies, keyed by operand shapes,
+    would not recognise the batched equations ``jax.checkpoint`` shows them (the layer
+    would save only its base's values, and recompute the rest beyond the prediction)."""
+    kept = tuple(entry for entry in menu if entry not in _SHAPE_KEYED)
+    return kept, tuple((entry, _UNDER_VMAP) for entry in menu if entry in _SHAPE_KEYED)
 
 
 def _valid_names() -> str:
@@ -224,7 +245,8 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
     its matmuls ``dots`` (:func:`jaxremat.sequence.ranked.layer_dots`, for ``"dots_ranked"``;
     a threshold that is ``"dots"`` or ``"dots_no_batch"`` on the same menu is left out:
     :func:`jaxremat.sequence.ranked.menu_thresholds`) and, for ``"dots_plus"``, the options
-    the search found (``plus``: :func:`_plus_options`)."""
+    the search found (``plus``: :func:`_plus_options`), for ``"searched"`` the widest of
+    them per base. An option two entries give is on the menu once."""
     options = [WHOLE_TAPE]
     save_names = jax.checkpoint_policies.save_only_these_names
     offload_names = lambda *marked: offload_policy("offload_names", marked)  # noqa: E731
@@ -240,11 +262,14 @@ def layer_menu(menu: Sequence[str | Callable], names: Sequence[str],
                         for k in menu_thresholds(menu, dots)]
         elif entry == SEARCHED:
             options += plus
+        elif entry == WIDEST:
+            last = {option.policy.base: option for option in plus}  # the widest per base
+            options += last.values()
         elif entry in OFFLOAD_POLICIES:
             options.append(PolicyOption(entry, offload_policy(entry), True))
         else:
             options.append(PolicyOption(entry, _BUILTIN[entry]))
-    return tuple(options)
+    return tuple({option.name: option for option in options}.values())  # each once
 
 
 _NO_PLUS = ("no value kept beside the matmul outputs, or in place of them, lowered the layer's "
@@ -271,7 +296,8 @@ def menu_for(menu: Sequence[str | Callable], layer: Callable, p: Any, x: Any, ja
     jaxpr = jaxpr if jaxpr is not None else jax.make_jaxpr(layer)(p, x)
     dots = layer_dots(jaxpr) if RANKED in menu else ()
     notes = ranked_notes(menu, dots)
-    plus = _plus_options(layer, p, x, jaxpr) if SEARCHED in menu else []
-    if SEARCHED in menu and not plus:
-        notes += ((SEARCHED, _NO_PLUS),)
+    searching = [entry for entry in menu if entry in (SEARCHED, WIDEST)]
+    plus = _plus_options(layer, p, x, jaxpr) if searching else []
+    if searching and not plus:
+        notes += tuple((entry, _NO_PLUS) for entry in searching)
     return layer_menu(menu, marked_names(layer, p, x, jaxpr), dots, plus), notes

@@ -161,7 +161,7 @@ from .options import Tracer, layer_options, trace, with_options
 from .cache import (cache_key, cached, calibration_key, derived_key,
                     profile_cache, remember, symbolic_key, with_input_grad)
 from .polymorphic import instantiating_tracer, recording_symbolic
-from .policies import WHOLE_TAPE, check_policies
+from .policies import WHOLE_TAPE, check_policies, unbatched_menu
 
 __all__ = [
     "PEAK_FLOPS",
@@ -344,6 +344,7 @@ def profile_sequence(
     input_grad: bool = True,
     policies: Any = None,
     free_inputs: bool = True,
+    vmapped: bool = False,
 ) -> Profile:
     """Profile ``layers`` on ``params`` and ``x`` into a :class:`Profile` (module docstring).
 
@@ -363,12 +364,16 @@ def profile_sequence(
         ``g[0]``, and its tape and transients are profiled that way.
       policies: the menu of checkpoint policies each layer may also be saved with
         (:mod:`jaxremat.sequence.policies`): ``None`` for the default menu (``"dots"``,
-        ``"dots_no_batch"``, ``"names"``), a sequence of names and callables, or ``()`` for
-        the whole tape only (no options).
+        ``"dots_no_batch"``, ``"names"``, ``"searched"``), a sequence of names and
+        callables, or ``()`` for the whole tape only (no options).
       free_inputs: whether a backward frees the input leaves it reads as it goes where
         nothing after it reads them (``LayerProfile.bwd_tmp_freed``, module docstring), as
         JAX does in an unrolled sequence; ``False`` holds every input through its backward
         (:func:`jaxremat.remat_scan`'s chain, whose loops carry whole activations).
+      vmapped: whether the layers run under a ``jax.vmap`` and are profiled per example:
+        the menu's searched entries, whose policies are keyed by the shapes profiled, are
+        left out (:func:`jaxremat.sequence.policies.unbatched_menu`; each layer's
+        ``dropped`` says so).
 
     Layers that are the same function object on the same shapes are profiled once, also
     across calls (:func:`profile_cache`).
@@ -377,7 +382,9 @@ def profile_sequence(
     params = check_params(params, len(layers))
     if costs not in COSTS:
         raise ValueError(f"costs must be one of {COSTS}, got {costs!r}.")
-    menu = check_policies(policies)
+    menu, notes = check_policies(policies), ()
+    if vmapped:
+        menu, notes = unbatched_menu(menu)
     abstract_params = [abstractify(p, f"params[{i}]") for i, p in enumerate(params)]
     current = abstractify(x, "the sequence input x")
     if progress is None:
@@ -404,7 +411,7 @@ def profile_sequence(
                 remember(key, layers[i], *hit)
             memo[key] = hit
             found, output = hit
-            found = dataclasses.replace(found, index=i)
+            found = dataclasses.replace(found, index=i, dropped=found.dropped + notes)
             profiles.append(found)
             current = output
     freed = inputs_freed(profiles, sizes) if free_inputs else [False] * len(profiles)

@@ -20,6 +20,10 @@ so the schedule is solved on the per-example chain with ``budget / batch``, and 
 keeps meaning the whole batch. When a ``jax.jit`` boundary sits between the ``vmap`` and the
 sequence (``vmap(jit(f))``), JAX traces ``f`` per example before batching and the batch
 cannot be seen: the budget then bounds *one example*; pass ``budget / batch`` yourself.
+Under a ``jax.vmap`` the sequence sees, the searched options (``"searched"``,
+``"dots_plus"``) are left off the menu (``profile_sequence(vmapped=True)``; the plan says
+so). Under ``vmap(jit(f))`` that cannot be seen either: pass a menu without them
+(``policies=("dots", "dots_no_batch", "names")``).
 
 Whether ``x`` is being differentiated is also read at trace time (``jax.grad`` with respect
 to the parameters only does not compute the gradient of the sequence's input, so the first
@@ -129,7 +133,8 @@ class RematSequence:
     def _solve(self, key: tuple, abstract_params: list, abstract_x: Any, batch: int,
                input_grad: bool) -> Plan:
         profile = profile_sequence(self._layers, abstract_params, abstract_x, costs=self._costs,
-                                   input_grad=input_grad, policies=self._policies)
+                                   input_grad=input_grad, policies=self._policies,
+                                   vmapped=batch > 1)
         self.profile_count += 1
         plan = solve_plan(profile, self._budget, method=self._method, slots=self._slots,
                           backend=self._backend, batch_size=batch, input_grad=input_grad,
