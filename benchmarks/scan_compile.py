@@ -1,6 +1,10 @@
 """Issue 18.5's compile target: ``remat_scan``'s trace + compile time against the scan under a
-uniform policy, with the loops and kernels that explain it (``python benchmarks/scan_depth.py
---compile [--block mlp,gpt] [--depths 8,16,32,64,128]``; benchmarks/RESULTS.md).
+uniform policy, with the loops and kernels that explain it (benchmarks/RESULTS.md)::
+
+    python benchmarks/scan_compile.py [--block mlp,gpt] [--depths 8,16,32,64,128]
+
+(``python benchmarks/scan_depth.py --compile`` before session 24; the blocks and helpers are
+``scan_depth.py``'s.)
 
 XLA's CPU compile time grows with the kernels it emits (fusions and dots, each code-generated
 on its own) and with the loops: a nested scan adds a loop body per level with its slicing and
@@ -10,6 +14,7 @@ uniform scan does not hold.
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import jax
@@ -17,7 +22,7 @@ import jax
 import jaxremat
 import solver
 from jaxremat.scan.members import loop_bodies
-from scan_depth import block_stack, least_budget, loss_of, scanned
+from scan_depth import BLOCKS, block_stack, least_budget, loss_of, scanned
 
 
 def compile_table(depths, kinds, rounds=3, shares=("25%",)):
@@ -74,3 +79,21 @@ def compile_table(depths, kinds, rounds=3, shares=("25%",)):
                 print(f"{kind:<6} {L:<4} {name:<48} {loops:>5} {kernels[name]:>8} "
                       f"{best[name]:>10.3f} {best[name] / best['scan+nothing_saveable']:>10.2f} "
                       f"{best[name] / best[own]:>6.2f}{fits.get(name, '')}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--block", default="mlp,gpt",
+                        help=f"comma-separated blocks: {', '.join((*BLOCKS, 'gpt'))}")
+    parser.add_argument("--depths", type=lambda s: tuple(int(v) for v in s.split(",")),
+                        default=(8, 16, 32, 64, 128))
+    args = parser.parse_args()
+    kinds = args.block.split(",")
+    if any(k not in (*BLOCKS, "gpt") for k in kinds):
+        parser.error(f"--block: comma-separated names of {', '.join((*BLOCKS, 'gpt'))}, "
+                     f"got {args.block!r}")
+    compile_table(args.depths, kinds)
+
+
+if __name__ == "__main__":
+    main()

@@ -23,7 +23,7 @@ CPU compiler undoes remat, so memory is the meter's, never XLA's.
     python benchmarks/scan_depth.py [--quick] [--first]
     python benchmarks/scan_depth.py --least [--unroll 0|2|auto] [--block mlp3|lnmlp|lnmlp2|gpt]
         [--at least|25%] [--depths 32,64,128]
-    python benchmarks/scan_depth.py --compile [--block mlp,gpt] [--depths 8,16,32,64,128]
+    python benchmarks/scan_compile.py [--block mlp,gpt] [--depths 8,16,32,64,128]
     python benchmarks/scan_depth.py --crossover [--block all|mlp,lnmlp,...] [--depths 32]
     python benchmarks/scan_depth.py --gpt [--gpt-shape 24,512,8,8,256] [--device-columns on]
         [--policies default|plus]
@@ -429,11 +429,6 @@ def main():
     parser.add_argument("--crossover", action="store_true",
                         help="segments of two layers with unroll 2 and 0 on each --block "
                              "(comma-separated; default all): compile and memory")
-    parser.add_argument("--compile", action="store_true",
-                        help="issue 18.5's compile table on each --block (comma-separated; "
-                             "default mlp,gpt): remat_scan at its least budget and at 25%% "
-                             "against the scan under nothing_saveable and under the member's "
-                             "own policy; loops, kernels, CPU s")
     parser.add_argument("--least", action="store_true",
                         help="only remat_scan at its least budget: member, memory, compile")
     parser.add_argument("--unroll", type=lambda s: s if s == "auto" else int(s), default="auto",
@@ -466,22 +461,16 @@ def main():
         gpt_table(args.gpt_shape, gpu, args.policies)
         return
     depths = args.depths or ((8, 16, 32) if args.quick else (8, 16, 32, 64, 128))
-    if args.block is None:  # --compile takes both blocks by default, the others the MLP
-        args.block = "mlp,gpt" if args.compile else "mlp"
+    if args.block is None:
+        args.block = "mlp"
     kinds = args.block.split(",")
     if any(k not in (*BLOCKS, "gpt", "all") for k in kinds) or (len(kinds) > 1
-                                                              and not (args.crossover
-                                                                       or args.compile)):
+                                                              and not args.crossover):
         parser.error(f"--block: one of {', '.join((*BLOCKS, 'gpt'))} (a comma-separated list "
                      f"or 'all' with --crossover), got {args.block!r}")
     if args.crossover:
         kinds = (*BLOCKS, "gpt") if args.block == "all" else args.block.split(",")
         crossover_table(args.depths or (32,), kinds)
-        return
-    if args.compile:
-        from scan_compile import compile_table
-
-        compile_table(args.depths or depths, kinds)
         return
     if args.least:
         least_table(args.depths or depths[:4], args.unroll, args.block, args.at)
