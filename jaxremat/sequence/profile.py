@@ -149,6 +149,7 @@ import jax
 
 from solver import Chain
 
+from ..collector import paused
 from ..measure.jaxpr_facts import shared_equations
 from ..measure.trace import trace_once
 from ..trees import abstractify, check_layers, check_params, leaf_bytes, tree_bytes
@@ -397,7 +398,9 @@ def profile_sequence(
     memo: dict[tuple, tuple[LayerProfile, Any]] = {}  # also layers without weak references
     profiles: list[LayerProfile] = []
     sizes: list[list[int]] = []  # bytes of each leaf of x[i]
-    with lowering_memo():  # layer 0 is lowered without the input's gradient, then with it
+    # layer 0 is lowered without the input's gradient, then with it; no automatic garbage
+    # collection meanwhile (jaxremat.collector)
+    with lowering_memo(), paused():
         for i in indices:
             sizes.append([leaf_bytes(leaf) for leaf in jax.tree.leaves(current)])
             needs_input_grad = input_grad or i > 0
