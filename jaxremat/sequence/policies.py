@@ -140,10 +140,11 @@ _UNDER_VMAP = ("left out under jax.vmap: its policy is keyed by the operand shap
 
 def unbatched_menu(menu: tuple[str | Callable, ...]
                    ) -> tuple[tuple[str | Callable, ...], tuple[tuple[str, str], ...]]:
-    """``menu`` (checked) for layers profiled per example under ``jax.vmap``, and ``(entry,
-    reason)`` for each entry left out: the searched policies, keyed by operand shapes,
-    would not recognise the batched equations ``jax.checkpoint`` shows them (the layer
-    would save only its base's values, and recompute the rest beyond the prediction)."""
+    """``menu`` (as :func:`check_policies` returns it) for layers profiled per example under
+    ``jax.vmap``, and ``(entry, reason)`` for each entry left out: the searched policies,
+    keyed by operand shapes, would not recognise the batched equations ``jax.checkpoint``
+    shows them (the layer would save only its base's values, and recompute the rest beyond
+    the prediction)."""
     kept = tuple(entry for entry in menu if entry not in _SHAPE_KEYED)
     return kept, tuple((entry, _UNDER_VMAP) for entry in menu if entry in _SHAPE_KEYED)
 
