@@ -263,6 +263,7 @@ def test_plan_plot_delegates_to_jaxremat_plot(tmp_path):
 _SHARDED = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import solver
     from jaxremat import remat_sequence
     assert len(jax.devices()) == 4, jax.devices()
     def dense(p, x):
@@ -277,8 +278,12 @@ _SHARDED = textwrap.dedent("""
     ps = jax.device_put(params, NamedSharding(mesh, P()))
     layers = [dense] * 5
     none = remat_sequence(layers, 10**9, method="none").plan(params, x).predicted_peak
+    try:  # a tenth of the way from the least budget: a plan that recomputes on every JAX
+        remat_sequence(layers, 1).plan(params, x)
+    except solver.InfeasibleBudget as error:
+        least = int(np.ceil(error.min_budget))
     for backend in ("checkpoint", "custom_vjp"):
-        seq = remat_sequence(layers, int(0.7 * none), backend=backend)
+        seq = remat_sequence(layers, least + (none - least) // 10, backend=backend)
         assert max(seq.plan(params, x).forward_counts) >= 2
         def loss(p, x, f):
             return jnp.sum(f(p, x) ** 2)
