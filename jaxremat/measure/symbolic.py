@@ -23,7 +23,7 @@ over broadcast unit axes), so a batch of one is always traced.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import jax
 import numpy as np
@@ -124,7 +124,8 @@ def _dim(d: Any, env: Mapping[str, int]) -> Any:
 
 
 class _Sizes(dict):
-    """An environment ``{name: size}`` that remembers each expression's value (``dims``)."""
+    """An environment ``{name: size}`` that remembers each expression's value (``dims``) and
+    each aval's instantiation (``avals``)."""
 
     def __init__(self, env: Mapping[str, int]) -> None:
         super().__init__(env)
@@ -144,25 +145,6 @@ def _aval(aval: Any, env: Mapping[str, int]) -> Any:
     return aval if new == tuple(shape) else aval.update(shape=new)
 
 
-def _aval_memo(env: Mapping[str, int]) -> Callable[[Any], Any]:
-    """:func:`_aval` in ``env``, once per distinct aval where ``env`` remembers them
-    (:class:`_Sizes`)."""
-    avals = getattr(env, "avals", None)
-    if avals is None:
-        return lambda a: _aval(a, env)
-
-    def aval(a: Any) -> Any:
-        try:
-            found = avals.get(a)
-        except TypeError:  # an unhashable aval
-            return _aval(a, env)
-        if found is None:
-            found = avals[a] = _aval(a, env)
-        return found
-
-    return aval
-
-
 def _param(value: Any, env: Mapping[str, int], memo: dict) -> Any:
     if isinstance(value, ClosedJaxpr):
         return _closed(value, env, memo)
@@ -178,18 +160,24 @@ def _param(value: Any, env: Mapping[str, int], memo: dict) -> Any:
     return _dim(value, env)
 
 
-def _jaxpr(jaxpr: Jaxpr, env: Mapping[str, int], memo: dict) -> Jaxpr:
+def _jaxpr(jaxpr: Jaxpr, env: _Sizes, memo: dict) -> Jaxpr:
     if id(jaxpr) in memo:
         return memo[id(jaxpr)][1]
     names: dict[Any, Any] = {}
-    aval = _aval_memo(env)
+    avals = env.avals  # a _Sizes: each distinct aval evaluated once per instantiation
 
     def var(v: Any) -> Any:
         if isinstance(v, Literal):
             return v
         found = names.get(v)
         if found is None:
-            found = names[v] = new_var(aval(v.aval))
+            try:
+                a = avals.get(v.aval)
+                if a is None:
+                    a = avals[v.aval] = _aval(v.aval, env)
+            except TypeError:  # an unhashable aval
+                a = _aval(v.aval, env)
+            found = names[v] = new_var(a)
         return found
 
     constvars = [var(v) for v in jaxpr.constvars]

@@ -46,7 +46,7 @@ from solver import Chain, Schedule
 from ..lru import LRU
 from ..budget import check_budget, is_share, parse_budget, resolve_budget
 from ..sequence.plan import check_settings
-from ..sequence.policies import DEFAULT_POLICIES, check_policies, unbatched_menu
+from ..sequence.policies import DEFAULT_POLICIES, check_policies, without_searched
 from ..sequence.profile import profile_sequence
 from .checks import check_differentiable, check_scannable, program_size, scan_length
 from .family import FamilyInfeasible, chain_options, choose, loop_margin, member_schedule
@@ -66,7 +66,7 @@ SCAN_METHODS = ("rotor", "none", "every_layer", "sqrt")
 checkpoint every layer (``jax.checkpoint`` per layer, ``nnx.remat``'s default), and Chen's
 sqrt(L) segments."""
 
-SCAN_POLICIES = unbatched_menu(DEFAULT_POLICIES)[0]
+SCAN_POLICIES = without_searched(DEFAULT_POLICIES)
 """The default menu of a scanned layer: the sequence's default without the searched options
 (``"searched"``), whose scanned loops' peaks the loop margins were not fitted to (on the
 test suite's MLP and GPT-2 blocks they measured up to 2% above the prediction); name them

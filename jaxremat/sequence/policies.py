@@ -66,7 +66,7 @@ from .searched import SEARCHED, WIDEST, search
 
 __all__ = ["DEFAULT_POLICIES", "OFFLOAD_POLICIES", "POLICY_NAMES", "PolicyOption",
            "check_policies", "layer_menu", "marked_names", "menu_for", "name_groups",
-           "offload_policy", "shape_free", "unbatched_menu", "WHOLE_TAPE"]
+           "offload_policy", "shape_free", "unbatched_menu", "without_searched", "WHOLE_TAPE"]
 
 _BUILTIN: dict[str, Callable[..., bool]] = {
     "dots": jax.checkpoint_policies.dots_saveable,
@@ -138,6 +138,12 @@ _UNDER_VMAP = ("left out under jax.vmap: its policy is keyed by the operand shap
                "was profiled with, and jax.checkpoint calls it with vmap's batched shapes")
 
 
+def without_searched(menu: tuple[str | Callable, ...]) -> tuple[str | Callable, ...]:
+    """``menu`` without its searched entries (``"searched"``, ``"dots_plus"``), whose policies
+    are keyed by the operand shapes the layer was profiled with."""
+    return tuple(entry for entry in menu if entry not in _SHAPE_KEYED)
+
+
 def unbatched_menu(menu: tuple[str | Callable, ...]
                    ) -> tuple[tuple[str | Callable, ...], tuple[tuple[str, str], ...]]:
     """``menu`` (as :func:`check_policies` returns it) for layers profiled per example under
@@ -145,8 +151,8 @@ def unbatched_menu(menu: tuple[str | Callable, ...]
     keyed by operand shapes, would not recognise the batched equations ``jax.checkpoint``
     shows them (the layer would save only its base's values, and recompute the rest beyond
     the prediction)."""
-    kept = tuple(entry for entry in menu if entry not in _SHAPE_KEYED)
-    return kept, tuple((entry, _UNDER_VMAP) for entry in menu if entry in _SHAPE_KEYED)
+    return without_searched(menu), tuple((entry, _UNDER_VMAP) for entry in menu
+                                          if entry in _SHAPE_KEYED)
 
 
 def _valid_names() -> str:

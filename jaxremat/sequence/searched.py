@@ -47,7 +47,8 @@ against 1-2 s when each was a traced ``jax.vjp``). A later shape of the same pro
 same primitives and dtypes outside layout changes: a batch of one, whose batch axis
 ``jnp.einsum`` squeezes, too) maps the chosen equations to its own shapes without searching
 again. Each option it adds is profiled like any other, at every new shape: the default menu
-takes the widest union per base (``"searched"``, :func:`widest`: three options at most),
+takes the widest union per base (``"searched"``, :func:`jaxremat.sequence.policies.layer_menu`:
+three options at most),
 ``"dots_plus"`` every union (seven at most). With only the widest, the whole-step plans of
 the GPT and ViT examples at 30% and 50% of the plain step cost 1.123/1.017 and 1.124/1.032
 of its flops, against 1.119/1.017 and 1.118/1.031 with all seven (benchmarks/RESULTS.md).
@@ -56,7 +57,7 @@ of its flops, against 1.119/1.017 and 1.118/1.031 with all seven (benchmarks/RES
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import jax
 from jax.extend.core import ClosedJaxpr, Jaxpr
@@ -70,7 +71,7 @@ from ..trees import aval_nbytes
 from .ranked import contraction
 
 __all__ = ["BASES", "LAYOUT", "LEAN_SHARES", "SEARCHED", "SLACKS", "SUFFIXES", "SearchedPolicy",
-           "WIDEST", "candidates", "equation_key", "moved_policy", "search", "widest"]
+           "WIDEST", "candidates", "equation_key", "moved_policy", "search"]
 
 SEARCHED = "dots_plus"
 """The menu entry of every searched option (up to seven a layer)."""
@@ -282,13 +283,6 @@ def _greedy(measure: Measure, keys: tuple[Key, ...], base: str
         if chosen:
             found.setdefault(tuple(sorted(chosen)), level)
     return tuple((level, union) for union, level in found.items())
-
-
-def widest(found: Sequence[tuple[str, SearchedPolicy]]) -> tuple[tuple[str, SearchedPolicy], ...]:
-    """Of :func:`search`'s ``(suffix, policy)`` pairs (narrowest first per base), the last of
-    each base: the union reached within the widest limit, which holds the narrower ones."""
-    last = {policy.base: (suffix, policy) for suffix, policy in found}
-    return tuple(last.values())
 
 
 def search(layer: Callable, p: Any, x: Any, jaxpr: ClosedJaxpr, input_bytes: int,
