@@ -167,14 +167,36 @@ def plan_pure_layers(
             return plan
         profile = _profiles.get(profile_key)
         if profile is None:
-            profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs,
-                                       input_grad=input_grad, policies=menu, vmapped=batch > 1)
+            try:
+                profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs,
+                                           input_grad=input_grad, policies=menu,
+                                           vmapped=batch > 1)
+            except TypeError as error:
+                _raise_side_inputs_hint(error, activation)
+                raise
             _profiles.put(profile_key, profile)
         plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend,
                           batch_size=batch, input_grad=input_grad,
                           input_shapes=leaf_shapes(abstract_x), key_bytes=key_bytes)
         _plans.put(plan_key, plan)
     return plan
+
+
+def _raise_side_inputs_hint(error: TypeError, activation: Any) -> None:
+    """Raise ``error`` with Flax's ``Sequential`` convention explained where it is the likely
+    cause: a layer after the first failed to trace (a missing argument) while the first was
+    given several arguments -- e.g. blocks that each take ``(h, positions)``, of which only
+    the first gets the positions. Returns when that is not the case."""
+    index = getattr(error, "layer_index", 0)
+    if index < 1 or not (isinstance(activation, tuple) and len(activation) > 1):
+        return
+    raise TypeError(
+        f"{error}\nThe layers run as Flax's Sequential runs them: layer 0 is called with the "
+        f"{len(activation)} arguments given, each later layer with the previous layer's output "
+        "alone (a tuple is passed as positional arguments). A block that takes inputs beside "
+        "the activation (positions, rotary tables, a mask) must return them with its output "
+        "(`return h, positions`, and the model unpacks the last block's), or compute them "
+        "itself.") from error
 
 
 def plan_modules(
