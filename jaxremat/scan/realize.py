@@ -12,9 +12,11 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from ..measure.meter import activation_memory
+from ..measure.meter import activation_memory, program_memory
+from ..sequence.policies import shape_free
 from .held import stored_layer as _stored
 from .members import UNROLL, NestedScan, pieces, reshaped, runs
+from .programs import programs_at
 
 __all__ = ["measured_memory", "run_member", "scan_layers", "split_layers"]
 
@@ -80,11 +82,21 @@ def _segment(layer: Callable, sizes: tuple[int, ...], length: int, policy: Calla
 
 
 def measured_memory(layer: Callable, params: Any, x: Any, length: int,
-              policies: tuple[Callable | None, ...], unroll: int, member: NestedScan) -> int:
+                    policies: tuple[Callable | None, ...], unroll: int, member: NestedScan,
+                    names: tuple[str, ...] | None = None) -> int:
     """:func:`jaxremat.activation_memory` of ``member``'s program on abstract inputs, the
-    sum of the (inexact) output leaves as the loss."""
+    sum of the (inexact) output leaves as the loss. With the options' ``names``, where the
+    member's policy does not look at sizes, the gradient's program is instantiated from one
+    traced with symbolic sizes (:func:`jaxremat.scan.programs.programs_at`)."""
     def loss(p: Any, h: Any) -> Any:
         out = run_member(layer, member.sizes, p, h, length, policies[member.option], unroll=unroll)
         return sum(jnp.sum(jnp.real(leaf)).astype(jnp.float32) for leaf in jax.tree.leaves(out)
                    if jnp.issubdtype(leaf.dtype, jnp.inexact))
-    return activation_memory(loss, params, x)
+
+    if names is None or not shape_free(names[member.option]):
+        return activation_memory(loss, params, x)
+    one = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), params)
+    make = lambda h: (jax.make_jaxpr(jax.grad(loss, allow_int=True))(params, h),)  # noqa: E731
+    program, = programs_at(layer, one, x, ("member", member, unroll, length, names), make)
+    return program_memory(program, exclude_inputs=range(len(jax.tree.leaves(params))),
+                          count_outputs=False)
