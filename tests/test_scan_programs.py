@@ -48,7 +48,8 @@ def _one(params):
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
 
 
-@pytest.mark.parametrize("make", [_mlp, _gpt], ids=["mlp", "gpt"])
+@pytest.mark.parametrize("make", [_mlp, pytest.param(_gpt, marks=pytest.mark.slow)],
+                         ids=["mlp", "gpt"])  # the GPT-2 block: 8-19 s
 def test_instantiated_programs_measure_what_traced_ones_do(make, monkeypatch):
     """At the first shape, half the batch and half the sequence: every option's margin sizes
     and the memory of members of one and two levels under each option equal those measured
