@@ -113,3 +113,17 @@ def test_a_new_batch_size_replans_without_tracing_the_scan(monkeypatch):
     assert not made and not traced
     loss = lambda p, h: jnp.sum(f(p, h))  # noqa: E731
     assert plan.measured_peak == jaxremat.activation_memory(loss, params, x[:2]) <= plan.budget
+
+
+def test_cleared_with_the_profile_cache():
+    """``profile_cache().clear()`` forgets remat_scan's programs, checks and margins too
+    (after redefining a layer's behaviour through global state, as for the profiles)."""
+    from jaxremat.sequence import cache
+    from jaxremat.sequence.profile import profile_cache
+
+    layer, params, x = _mlp()
+    jaxremat.remat_scan(layer, "50%").plan(params, x)
+    stores = (cache.SCAN_MARGINS, cache.SCAN_PROGRAMS, cache.SCAN_CHECKS)
+    assert all(len(store) for store in stores)
+    profile_cache().clear()
+    assert not any(len(store) for store in stores)

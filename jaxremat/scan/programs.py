@@ -29,6 +29,7 @@ import jax
 from jax.extend.core import ClosedJaxpr
 
 from ..lru import LRU
+from ..sequence.cache import SCAN_CHECKS, SCAN_PROGRAMS
 from ..measure.symbolic import (SEQUENCE, SymbolicInput, instantiate, same_program, shape_env,
                                 symbolic_input)
 from ..trees import signature
@@ -47,8 +48,8 @@ class _Symbolic:
     programs: tuple[ClosedJaxpr | None, ...]
 
 
-_SYMBOLIC = LRU(64)  # (what, layer id, params, input structure) -> (ref, _Symbolic | None)
-_CHECKED = LRU(64)  # (layer id, params, x) -> (ref, the plain forward's symbolic, whether same)
+_SYMBOLIC = SCAN_PROGRAMS  # (what, layer id, params, input structure) -> (ref, _Symbolic | None)
+_CHECKED = SCAN_CHECKS  # (layer id, params, x) -> (ref, the plain forward's symbolic, same?)
 
 
 def _symbolic(layer: Callable, params: Any, x: Any, make: Make) -> _Symbolic | None:

@@ -43,8 +43,8 @@ import jax
 import solver
 from solver import Chain, Schedule
 
-from ..lru import LRU
 from ..budget import check_budget, is_share, parse_budget, resolve_budget
+from ..sequence.cache import SCAN_MARGINS
 from ..sequence.plan import check_settings
 from ..collector import paused
 from ..sequence.policies import DEFAULT_POLICIES, check_policies, without_searched
@@ -73,7 +73,7 @@ SCAN_POLICIES = without_searched(DEFAULT_POLICIES)
 test suite's MLP and GPT-2 blocks they measured up to 2% above the prediction); name them
 in ``policies=`` to have them."""
 
-_MARGINS = LRU(64)  # (layer id, signatures, options) -> (weak reference, margin_bytes)
+_MARGINS = SCAN_MARGINS  # (layer id, signatures, options) -> (weak reference, margin_bytes)
 
 
 def _margin_sizes(layer: Callable, params: Any, x: Any, policies: tuple[Callable | None, ...],
