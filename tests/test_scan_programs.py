@@ -87,7 +87,7 @@ def test_a_layer_that_branches_on_the_batch_size_is_traced():
     policies, names = (None, jax.checkpoint_policies.dots_saveable), ("everything", "dots")
     for batch in (4, 2, 3):
         ax = _abstract(x[:batch])
-        entry, _ = programs.symbolic_programs(layer, _one(params), ax, "probe", lambda h: ())
+        entry, _ = programs.symbolic_programs(layer, _one(params), ax, "probe", lambda h, p: ())
         assert (entry is None) == (batch == 4)
         assert margins.margin_bytes(layer, _one(params), ax, policies, names) == \
             margins.margin_bytes(layer, _one(params), ax, policies)
@@ -127,3 +127,34 @@ def test_cleared_with_the_profile_cache():
     assert all(len(store) for store in stores)
     profile_cache().clear()
     assert not any(len(store) for store in stores)
+
+
+@pytest.mark.slow  # 10-15 s: the search, and every option's programs traced to compare
+def test_searched_options_are_instantiated_where_their_keys_move(monkeypatch):
+    """With the searched options on the menu (``"dots_plus"``, policies keyed by shapes), a
+    new batch size moves every searched policy to the symbolic programs' equations and
+    instantiates them; at the head width (sequence 8 of 4 heads of 8) two matmuls' keys
+    collide, the policies do not move, and the programs are traced. Measured alike either
+    way."""
+    layer, params, x = _gpt()
+    menu = ("dots", "dots_no_batch", "names", "dots_plus")
+    plan = jaxremat.remat_scan(layer, "50%", policies=menu).plan(params, x)
+    assert any("_plus" in name for name in plan.layer.option_names)
+    traced = []
+    original = margins.scan_program
+    monkeypatch.setattr(margins, "scan_program", lambda *a: traced.append(1) or original(*a))
+    for h, moves in ((x[:2], True), (x[:, :8], False)):
+        replan = jaxremat.remat_scan(layer, "50%", policies=menu).plan(params, h)
+        policies, names = option_policies(replan.layer), replan.layer.option_names
+        one, ax = _one(params), _abstract(h)
+        traced.clear()
+        found = margins.margin_bytes(layer, one, ax, policies, names)
+        assert bool(traced) != moves  # instantiated where the policies move
+        assert found == margins.margin_bytes(layer, one, ax, policies)
+        entry, _ = programs.symbolic_programs(layer, one, ax, ("margins", names),
+                                              lambda *a: (), policies, names)
+        assert (entry is not None) == moves
+        for member in MEMBERS:
+            member = NestedScan(member.sizes, len(names) - 1)
+            args = (layer, _abstract(params), ax, 6, policies, 2, member)
+            assert measured_memory(*args, names=names) == measured_memory(*args), member

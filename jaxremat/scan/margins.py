@@ -3,9 +3,8 @@ menu (issue 18.1), measured on programs instantiated at each shape (issue 18.4).
 
 Per option, :func:`margin_bytes` measures three programs (:mod:`jaxremat.scan.held`): the
 gradient of a scan of two stored layers, the same under ``jax.checkpoint``, and the layer's
-pullback. Where every option's policy decides without looking at sizes
-(:func:`jaxremat.sequence.policies.shape_free`), they are traced once with symbolic sizes
-and instantiated at each shape (:func:`jaxremat.scan.programs.programs_at`): a GPT-2
+pullback. They are traced once with symbolic sizes and instantiated at each shape where
+every option's policy allows it (:func:`jaxremat.scan.programs.programs_at`): a GPT-2
 block's twelve programs at a new batch size in about 0.06 s of CPU instead of 0.5 s.
 """
 
@@ -19,7 +18,6 @@ from typing import Any, Callable
 import jax
 from jax.extend.core import ClosedJaxpr
 
-from ..sequence.policies import shape_free
 from .held import body_in, held_in, pullback_program, scan_program, stored_layer
 from .programs import programs_at
 
@@ -49,13 +47,13 @@ def margin_programs(layer: Callable, params: Any, x: Any, policies: tuple[Callab
                     names: tuple[str, ...] | None = None) -> tuple[OptionPrograms, ...]:
     """Per option (``policies``, as :func:`jaxremat.scan.plan.option_policies` gives them;
     ``names`` their option names), the programs :func:`margin_bytes` measures at input
-    ``x`` (abstract or concrete): instantiated from the layer's symbolic programs where
-    every option is shape-free (:func:`jaxremat.scan.programs.programs_at`), else traced."""
-    make = functools.partial(_traced, layer, params, policies=policies)
-    if names is None or len(names) != len(policies) or not all(map(shape_free, names)):
-        found = make(x)
+    ``x`` (abstract or concrete): instantiated from programs traced with symbolic sizes
+    where the options allow it (:func:`jaxremat.scan.programs.programs_at`), else traced."""
+    make = functools.partial(_traced, layer, params)
+    if names is None or len(names) != len(policies):
+        found = make(x, policies)
     else:
-        found = programs_at(layer, params, x, ("margins", names), make)
+        found = programs_at(layer, params, x, ("margins", names), make, policies, names)
     return tuple(OptionPrograms(*found[i:i + 3]) for i in range(0, len(found), 3))
 
 

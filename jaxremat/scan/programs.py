@@ -30,38 +30,80 @@ from jax.extend.core import ClosedJaxpr
 
 from ..lru import LRU
 from ..sequence.cache import SCAN_CHECKS, SCAN_PROGRAMS
+from ..sequence.policies import shape_free
+from ..sequence.searched import SearchedPolicy, moved_policy
 from ..measure.symbolic import (SEQUENCE, SymbolicInput, instantiate, same_program, shape_env,
                                 symbolic_input)
 from ..trees import signature
 
 __all__ = ["programs_at", "symbolic_programs"]
 
-Make = Callable[[Any], tuple[ClosedJaxpr | None, ...]]
-"""``make(x)``: the programs at input ``x`` (``ShapeDtypeStruct`` leaves, concrete or
-symbolic sizes)."""
+Make = Callable[[Any, tuple], tuple[ClosedJaxpr | None, ...]]
+"""``make(x, policies)``: the programs at input ``x`` (``ShapeDtypeStruct`` leaves, concrete
+or symbolic sizes) with the layer under ``policies`` (those given to :func:`programs_at`, or
+on a symbolic ``x`` their symbolic counterparts)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class _Symbolic:
     symbolic: SymbolicInput
     plain: ClosedJaxpr  # the layer's forward, traced on symbolic.x
+    policies: tuple  # the policies the programs were made with
     programs: tuple[ClosedJaxpr | None, ...]
+    moved: dict = dataclasses.field(default_factory=dict)  # (x, policies) -> they move here
 
 
 _SYMBOLIC = SCAN_PROGRAMS  # (what, layer id, params, input structure) -> (ref, _Symbolic | None)
-_CHECKED = SCAN_CHECKS  # (layer id, params, x) -> (ref, the plain forward's symbolic, same?)
+_CHECKED = SCAN_CHECKS  # (layer id, params, x) -> (ref, (symbolic forward, forward at x or None));
+# ("forward", layer id, params, x) -> (ref, forward at x)
 
 
-def _symbolic(layer: Callable, params: Any, x: Any, make: Make) -> _Symbolic | None:
+def _moved(policies: tuple, names: tuple[str, ...], plain: ClosedJaxpr, symbolic: ClosedJaxpr
+           ) -> tuple | None:
+    """``policies`` (option ``names``) for the program traced on a symbolic input whose
+    forward is ``symbolic``, the concrete one ``plain``: a shape-free policy as it is, a
+    searched one moved to the same equations (:func:`jaxremat.sequence.searched.
+    moved_policy`); ``None`` where one cannot be (a ranked or user policy, keys that tell
+    the equations apart differently)."""
+    moved = []
+    for policy, name in zip(policies, names, strict=True):
+        if shape_free(name):
+            moved.append(policy)
+        elif isinstance(policy, SearchedPolicy):
+            moved.append(moved_policy(policy, plain, symbolic))
+            if moved[-1] is None:
+                return None
+        else:
+            return None
+    return tuple(moved)
+
+
+def _forward(layer: Callable, params: Any, x: Any) -> ClosedJaxpr:
+    """``layer``'s forward traced at ``x`` (once per layer, parameters and shape)."""
+    key = ("forward", id(layer), signature(params), signature(x))
+    found = _alive(_CHECKED, key, layer)
+    if found is None:
+        found = jax.make_jaxpr(layer)(params, x)
+        _keep(_CHECKED, key, layer, found)
+    return found
+
+
+def _symbolic(layer: Callable, params: Any, x: Any, make: Make, policies: tuple,
+              names: tuple[str, ...]) -> _Symbolic | None:
     """The programs made on ``x`` with the batch and sequence length symbolic, else the
-    batch alone; ``None`` where the layer needs those sizes concrete."""
+    batch alone; ``None`` where the layer needs those sizes concrete or a policy cannot be
+    moved to the symbolic program."""
     for sequence in (True, False):
         symbolic = symbolic_input(x, sequence)
         if symbolic is None or (sequence and not any(SEQUENCE in s for s in symbolic.symbols)):
             continue
         try:
-            return _Symbolic(symbolic, jax.make_jaxpr(layer)(params, symbolic.x),
-                             make(symbolic.x))
+            forward = jax.make_jaxpr(layer)(params, symbolic.x)
+            plain = None if all(map(shape_free, names)) else _forward(layer, params, x)
+            moved = _moved(policies, names, plain, forward)
+            if moved is None:
+                continue
+            return _Symbolic(symbolic, forward, moved, make(symbolic.x, moved))
         except Exception:  # noqa: BLE001 - the layer's Python needs those sizes concrete
             continue
     return None
@@ -84,48 +126,62 @@ def _alive(store: LRU, key: tuple, layer: Callable) -> Any:
     return found[1] if found is not None and found[0]() is layer else None
 
 
-def _same_forward(layer: Callable, params: Any, x: Any, entry: _Symbolic,
-                  env: dict[str, int]) -> bool:
-    """Whether ``layer``'s forward traced at ``x`` is ``entry``'s instantiated at ``env``
-    (once per layer, parameters, shape and symbolic program)."""
+def _forward_at(layer: Callable, params: Any, x: Any, entry: _Symbolic, env: dict[str, int]
+                ) -> ClosedJaxpr | None:
+    """``layer``'s forward traced at ``x`` where it is ``entry``'s instantiated at ``env``,
+    else ``None`` (once per layer, parameters, shape and symbolic program)."""
     key = (id(layer), signature(params), signature(x))
     found = _alive(_CHECKED, key, layer)
     if found is not None and found[0] is entry.plain:
         return found[1]
-    same = same_program(jax.make_jaxpr(layer)(params, x), instantiate(entry.plain, env))
-    _keep(_CHECKED, key, layer, (entry.plain, same))
-    return same
+    plain = _forward(layer, params, x)
+    same = same_program(plain, instantiate(entry.plain, env))
+    _keep(_CHECKED, key, layer, (entry.plain, plain if same else None))
+    return plain if same else None
 
 
-def symbolic_programs(layer: Callable, params: Any, x: Any, what: Hashable, make: Make
+def symbolic_programs(layer: Callable, params: Any, x: Any, what: Hashable, make: Make,
+                      policies: tuple = (), names: tuple[str, ...] = ()
                       ) -> tuple[_Symbolic | None, dict[str, int] | None]:
     """The symbolic programs kept for ``what`` of ``layer`` (one layer's ``params``) and the
     sizes making them ``x``'s, made on ``x`` where none are kept or ``x`` is not one of
-    their shapes; ``(None, None)`` where they cannot serve ``x``."""
+    their shapes; ``(None, None)`` where they cannot serve ``x`` (module docstring;
+    ``policies`` and their option ``names``: :func:`programs_at`)."""
     key = (what, id(layer), signature(params), _structure(x))
     entry = _alive(_SYMBOLIC, key, layer)
     env = None if entry is None else shape_env(entry.symbolic, x)
     if env is None:  # a first shape, or one the symbolic input was not made for
-        made = _symbolic(layer, params, x, make)
+        made = _symbolic(layer, params, x, make, policies, names)
         if made is not None or entry is None:  # a batch of one keeps what it cannot use
             _keep(_SYMBOLIC, key, layer, made)
         entry = made
         env = None if entry is None else shape_env(entry.symbolic, x)
-    if env is None or not _same_forward(layer, params, x, entry, env):
+    if env is None:
         return None, None
+    plain = _forward_at(layer, params, x, entry, env)
+    if plain is None:
+        return None, None
+    if not all(map(shape_free, names)):  # each policy keeps here what its counterpart kept
+        moves = entry.moved.get((signature(x), policies))
+        if moves is None:
+            moves = entry.moved[(signature(x), policies)] = \
+                _moved(policies, names, plain, entry.plain) == entry.policies
+        if not moves:
+            return None, None
     return entry, env
 
 
-def programs_at(layer: Callable, params: Any, x: Any, what: Hashable, make: Make
-                ) -> tuple[ClosedJaxpr | None, ...]:
-    """``make(x)``, the programs named ``what`` of ``layer`` (one layer's ``params``) at
-    input ``x``: instantiated from those made once on a symbolic ``x`` where the layer's
-    forward at ``x`` is the symbolic one's instantiation (module docstring), else
-    ``make(x)``. ``make`` must build its programs from ``layer`` alone, with policies that
-    do not look at sizes."""
-    entry, env = symbolic_programs(layer, params, x, what, make)
+def programs_at(layer: Callable, params: Any, x: Any, what: Hashable, make: Make,
+                policies: tuple, names: tuple[str, ...]) -> tuple[ClosedJaxpr | None, ...]:
+    """``make(x, policies)``, the programs named ``what`` of ``layer`` (one layer's
+    ``params``) at input ``x`` under ``policies`` (their option ``names``): instantiated
+    from those made once on a symbolic ``x`` where the layer's forward at ``x`` is the
+    symbolic one's instantiation and each policy keeps at ``x`` what its symbolic
+    counterpart kept (module docstring), else ``make(x, policies)``. ``make`` must build
+    its programs from ``layer`` and ``policies`` alone."""
+    entry, env = symbolic_programs(layer, params, x, what, make, policies, names)
     if entry is None:
-        return make(x)
+        return make(x, policies)
     memo: dict = {}  # nested programs shared between the instantiations
     return tuple(None if program is None else instantiate(program, env, memo)
                  for program in entry.programs)

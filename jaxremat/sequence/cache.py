@@ -33,9 +33,11 @@ PROGRAMS = LRU(64)
 store): per layer function and input structure, not per shape. Cleared with
 :func:`profile_cache`."""
 
-SCAN_MARGINS = LRU(64)
+SCAN_MARGINS = LRU(256)
 """``remat_scan``'s loop-margin sizes per layer, shapes and options
-(:func:`jaxremat.scan.remat.RematScan`). Cleared with :func:`profile_cache`."""
+(:func:`jaxremat.scan.remat.RematScan`), and the measured memory of its members
+(:func:`jaxremat.scan.realize.measured_memory`): numbers only. Cleared with
+:func:`profile_cache`."""
 
 SCAN_PROGRAMS = LRU(64)
 """``remat_scan``'s programs traced with symbolic sizes (:mod:`jaxremat.scan.programs`).
