@@ -4,8 +4,9 @@
     python benchmarks/planning_time.py --root /work/main    # another checkout, same models
     python benchmarks/planning_time.py --part resnet --budgets 50% 60% 75% 90%
     python benchmarks/planning_time.py --part stack --policies ranked   # another menu
+    python benchmarks/planning_time.py --part scan [--policies plus]    # remat_scan
 
-Two parts, each timed with ``time.process_time`` (CPU of this process, all threads), so
+Three parts, each timed with ``time.process_time`` (CPU of this process, all threads), so
 that the numbers mean something on a shared machine:
 
 * ``stack``: ``remat_sequence`` of 12 GPT-2 blocks (``benchmarks/policies.py``'s
@@ -14,6 +15,9 @@ that the numbers mean something on a shared machine:
   re-plan at new batch sizes (2, 1, 3) and a new sequence length (32), a re-plan at a new
   budget. Time two menus in two processes
   (the second menu in the same process would find JAX's caches warm).
+* ``scan``: ``jaxremat.remat_scan`` of 12 GPT-2 blocks over stacked parameters at 25%: the
+  first plan, re-plans at new batch sizes (2, 1, 3) and a new sequence length (32), a new
+  budget (:func:`scan_rows`).
 * ``resnet``: ``jaxremat.flax.RematModule`` on a 6-block ResNet (``examples/resnet_nnx.py``'s
   blocks, widths 16/32/64, batch 8 of 32x32x3): one plan per budget, in the order given,
   on one model (later budgets reuse what the earlier ones planned, as in a sweep).
@@ -71,6 +75,28 @@ def stack_rows(n_layer: int = 12, menu: str = "default") -> list[tuple[str, floa
     return rows
 
 
+def scan_rows(menu: str = "default") -> list[tuple[str, float, str]]:
+    """``remat_scan`` of 12 GPT-2 blocks over stacked parameters (``scan_depth.py``'s
+    ``gpt_stack``: width 128, 4 heads, batch 4, sequence 64) at 25%: the first plan, new
+    batch sizes and a new sequence length, a new budget. ``default`` is remat_scan's own
+    menu (:data:`jaxremat.scan.remat.SCAN_POLICIES`)."""
+    from policies import MENUS
+    from scan_depth import gpt_stack
+    from jaxremat import remat_scan
+
+    layer, params, x = gpt_stack(12, 128, 4, 4, 64)
+    policies = MENUS[menu]
+    rows = []
+    cases = (("first plan (batch 4, 25%)", x, "25%"), ("new batch size (2)", x[:2], "25%"),
+             ("new batch size (1)", x[:1], "25%"), ("new batch size (3)", x[:3], "25%"),
+             ("new sequence length (32)", x[:, :32], "25%"), ("new budget (50%)", x, "50%"))
+    for what, h, budget in cases:
+        seconds, plan = _timed(
+            lambda: remat_scan(layer, budget, policies=policies).plan(params, h))
+        rows.append((f"scan: {what}", seconds, f"{plan.member}; {plan.option_name}"))
+    return rows
+
+
 def resnet_rows(budgets: list[str]) -> list[tuple[str, float, str]]:
     import jax.numpy as jnp
     from flax import nnx
@@ -111,7 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=os.path.join(HERE, ".."),
                         help="the checkout whose jaxremat and solver are timed")
-    parser.add_argument("--part", choices=("stack", "resnet", "both"), default="both")
+    parser.add_argument("--part", choices=("stack", "scan", "resnet", "both"), default="both")
     parser.add_argument("--policies", default="default",
                         help="the stack's policy menu (benchmarks/policies.py MENUS)")
     parser.add_argument("--budgets", nargs="+", default=["50%", "60%", "75%", "90%"])
@@ -124,6 +150,8 @@ def main() -> None:
     rows = []
     if args.part in ("stack", "both"):
         rows += stack_rows(menu=args.policies)
+    if args.part == "scan":
+        rows += scan_rows(menu=args.policies)
     if args.part in ("resnet", "both"):
         rows += resnet_rows(args.budgets)
     print("| what | CPU s | note |\n|---|---|---|")

@@ -32,7 +32,7 @@ import jaxremat  # noqa: E402
 from jaxremat.scan.family import loop_margin, member_schedule  # noqa: E402
 from jaxremat.scan.members import NestedScan  # noqa: E402
 from jaxremat.scan.plan import option_policies  # noqa: E402
-from jaxremat.scan.held import margin_bytes  # noqa: E402
+from jaxremat.scan.margins import margin_bytes  # noqa: E402
 from jaxremat.scan.realize import measured_memory as _measured  # noqa: E402
 from scan_depth import block_stack  # noqa: E402
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import jaxremat
@@ -235,6 +235,8 @@ def test_choice_is_the_best_member_by_brute_force(L, fwd, tape, bwd, x, extra, t
 
 
 @settings(max_examples=20, deadline=None)
+@example(L=4, fwd=1.0, bwd=1.0, x=3, extra=0, tmp=0, params=0, unroll=1, share=0.375,
+         option=None, body=(0, 0, 8, 10, 0, 0))  # a root pruned whose child fits (found)
 @given(L=st.integers(2, 10), fwd=st.floats(0.1, 5), bwd=st.floats(0.1, 10),
        x=st.integers(1, 5), extra=st.integers(0, 8), tmp=st.integers(0, 4),
        params=st.integers(0, 12), unroll=st.integers(0, 3), share=st.floats(0.1, 1.0),

@@ -18,7 +18,7 @@ from jaxremat.scan.family import family, loop_margin, member_schedule
 from jaxremat.scan.held import held_gradient_bytes, loop_invariant_bytes, scan_body
 from jaxremat.scan.plan import option_policies
 from jaxremat.scan.members import NestedScan
-from jaxremat.scan.held import margin_bytes
+from jaxremat.scan.margins import margin_bytes
 from jaxremat.scan.realize import measured_memory as _measured
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")

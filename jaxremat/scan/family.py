@@ -423,11 +423,15 @@ def _search(search: _Search, budget: float, max_levels: int, lazy: bool,
         floor = _floor(chain, member, margin_floor, deeper)
         return floor > limit and (lazy or floor >= search.min_peak)
 
+    def dead(member: NestedScan) -> bool:  # neither it nor a member below it can serve
+        below = len(member.sizes) < max_levels and member.sizes[-1] > 1
+        return hopeless(member, 0) and (not below or hopeless(member, 1))
+
     roots = [NestedScan((k,) if k else (), option) for option in range(chain_options(chain))
              for k in (range(L) if max_levels >= 1 else (0,))]
     # the reshaped ones first: they set a low least peak, below the floor of many others
     for root in sorted(roots, key=lambda m: not (not m.sizes or reshaped(L, m.sizes))):
-        if root.sizes and hopeless(root, 0):
+        if root.sizes and dead(root):
             continue  # neither it nor a descendant fits or has less peak than one costed
         if lazy:  # a bound just below the time: ties are costed, then ranked by peak
             search.push_lazily(root, member_time(chain, root) * (1 - 1e-9))
@@ -446,7 +450,7 @@ def _search(search: _Search, budget: float, max_levels: int, lazy: bool,
             for k in inner_sizes(member.sizes[-1]):
                 child = NestedScan(member.sizes + (k,), member.option)
                 if lazy:
-                    if not hopeless(child, 0):
+                    if not dead(child):
                         search.push_lazily(child, member_time(chain, child) * (1 - 1e-9))
                 else:
                     search.push(child)

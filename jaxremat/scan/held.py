@@ -27,20 +27,43 @@ peaks, by which :func:`jaxremat.scan.family.loop_margin` counts the scans of sto
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import jax
 import numpy as np
-from jax.extend.core import Literal
+from jax.extend.core import ClosedJaxpr, Literal
 
 from ..jax_compat import scan_num_carry, scan_num_consts
 from ..measure.liveness import KEPT, OUTSIDE, UNCOUNTED, Walker
 from ..trees import aval_nbytes
 from .loops import ScanBody
 
-__all__ = ["held_gradient_bytes", "loop_invariant_bytes", "scan_body", "stored_layer",
-           "margin_bytes"]
+__all__ = ["body_in", "held_gradient_bytes", "held_in", "loop_invariant_bytes", "pullback_program",
+           "scan_body", "scan_program", "stored_layer"]
+
+
+def pullback_program(layer: Callable, params: Any, x: Any) -> ClosedJaxpr:
+    """The program of ``layer``'s pullback (``jax.vjp``'s, on ``params`` and ``x``, abstract
+    or concrete; its residuals are constants of the trace)."""
+    found: dict[str, Any] = {}
+
+    def forward(p: Any, h: Any) -> Any:
+        out, pullback = jax.vjp(layer, p, h)
+        found["jaxpr"] = jax.make_jaxpr(pullback)(out)
+        return out
+
+    jax.eval_shape(forward, params, x)
+    return found["jaxpr"]
+
+
+def held_in(pullback: ClosedJaxpr, grads: int) -> int:
+    """:func:`held_gradient_bytes` of a layer whose :func:`pullback_program` is ``pullback``
+    and whose parameters have ``grads`` leaves."""
+    jaxpr = pullback.jaxpr
+    inputs = (OUTSIDE,) * len(jaxpr.invars)
+    rest = (UNCOUNTED,) * (len(jaxpr.outvars) - grads)
+    held = Walker().peak(jaxpr, inputs, (KEPT,) * grads + rest).nbytes
+    return max(0, held - Walker().peak(jaxpr, inputs, (UNCOUNTED,) * len(jaxpr.outvars)).nbytes)
 
 
 def held_gradient_bytes(layer: Callable, params: Any, x: Any) -> int:
@@ -50,27 +73,13 @@ def held_gradient_bytes(layer: Callable, params: Any, x: Any) -> int:
     peak without them. Residuals and the incoming gradient are the pullback's constants and
     inputs and not counted either way (in a loop body they are slices of the stacked tapes,
     views the meter does not count), nor is the input's gradient (the loop's new carry)."""
-    found: dict[str, Any] = {}
-
-    def forward(p: Any, h: Any) -> Any:
-        out, pullback = jax.vjp(layer, p, h)
-        found["jaxpr"] = jax.make_jaxpr(pullback)(out)  # residuals: constants of the trace
-        return out
-
-    jax.eval_shape(forward, params, x)
-    jaxpr = found["jaxpr"].jaxpr
-    grads = len(jax.tree.leaves(params))
-    inputs = (OUTSIDE,) * len(jaxpr.invars)
-    rest = (UNCOUNTED,) * (len(jaxpr.outvars) - grads)
-    held = Walker().peak(jaxpr, inputs, (KEPT,) * grads + rest).nbytes
-    return max(0, held - Walker().peak(jaxpr, inputs, (UNCOUNTED,) * len(jaxpr.outvars)).nbytes)
+    return held_in(pullback_program(layer, params, x), len(jax.tree.leaves(params)))
 
 
-def scan_body(layer: Callable, params: Any, x: Any) -> ScanBody:
-    """:class:`jaxremat.scan.loops.ScanBody` of the gradient of a ``lax.scan`` of two of
-    ``layer`` (one layer's ``params`` stacked twice, input ``x``; abstract or concrete),
-    from one trace: the constants of its loops, the forward loop (the first ``scan``; its
-    outputs are the carry, then the stacked residuals) and the backward loop (the last)."""
+def scan_program(layer: Callable, params: Any, x: Any) -> ClosedJaxpr:
+    """The program of the gradient of a ``lax.scan`` of two of ``layer`` (one layer's
+    ``params`` stacked twice, input ``x``; abstract or concrete): the forward loop, then the
+    backward loop (:func:`scan_body` reads it)."""
     stacked = jax.tree.map(lambda p: jax.ShapeDtypeStruct((2,) + tuple(p.shape), p.dtype),
                            params)
 
@@ -81,7 +90,13 @@ def scan_body(layer: Callable, params: Any, x: Any) -> ScanBody:
         out, pullback = jax.vjp(scanned, p, h)
         return pullback(out)
 
-    jaxpr = jax.make_jaxpr(gradient)(stacked, x).jaxpr
+    return jax.make_jaxpr(gradient)(stacked, x)
+
+
+def body_in(program: ClosedJaxpr, x: Any) -> ScanBody:
+    """:func:`scan_body` of the layer whose :func:`scan_program` at input ``x`` is
+    ``program``."""
+    jaxpr = program.jaxpr
     produced = {v for eqn in jaxpr.eqns for v in eqn.outvars}
     loops = [eqn for eqn in jaxpr.eqns if eqn.primitive.name == "scan"]
 
@@ -109,6 +124,15 @@ def scan_body(layer: Callable, params: Any, x: Any) -> ScanBody:
                     peak(backward, (KEPT,) * len(backward.outvars)))
 
 
+def scan_body(layer: Callable, params: Any, x: Any) -> ScanBody:
+    """:class:`jaxremat.scan.loops.ScanBody` of the gradient of a ``lax.scan`` of two of
+    ``layer`` (one layer's ``params`` stacked twice, input ``x``; abstract or concrete),
+    from one trace (:func:`scan_program`): the constants of its loops, the forward loop (the
+    first ``scan``; its outputs are the carry, then the stacked residuals) and the backward
+    loop (the last)."""
+    return body_in(scan_program(layer, params, x), x)
+
+
 def loop_invariant_bytes(layer: Callable, params: Any, x: Any) -> int:
     """Bytes of the values the gradient of a ``lax.scan`` of two of ``layer`` (one layer's
     ``params`` stacked twice, input ``x``; abstract or concrete) computes outside its loops
@@ -122,23 +146,3 @@ def stored_layer(layer: Callable, policy: Callable | None) -> Callable:
     ``jax.checkpoint`` with ``policy`` (a chain option; no CSE across scan iterations, so
     ``prevent_cse`` is not needed: jax.checkpoint docs)."""
     return layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
-
-
-def margin_bytes(layer: Callable, params: Any, x: Any,
-                 policies: tuple[Callable | None, ...]) -> dict[str, Any]:
-    """The keyword arguments :func:`jaxremat.scan.family.loop_margin` takes for ``layer``
-    (one layer's ``params``, input ``x``; :mod:`jaxremat.scan.held`): ``param_bytes``; per
-    option (``policies``, as :func:`jaxremat.scan.plan.option_policies` gives them), the
-    parameter gradients its backward holds at its peak (``grad_bytes``; 0 for the whole
-    tape, which loop_margin does not read), the loop invariants a scan of it hoists
-    (``invariant_bytes``) and what such a scan holds (``scan_bodies``:
-    :class:`jaxremat.scan.loops.ScanBody`), and a scan of it under ``jax.checkpoint``
-    (``checkpoint_bodies``)."""
-    stored = [stored_layer(layer, policy) for policy in policies]
-    bodies = tuple(scan_body(f, params, x) for f in stored)
-    return {"param_bytes": sum(math.prod(s.shape) * s.dtype.itemsize
-                               for s in jax.tree.leaves(params)),
-            "grad_bytes": (0,) + tuple(held_gradient_bytes(f, params, x) for f in stored[1:]),
-            "invariant_bytes": tuple(b.invariants for b in bodies), "scan_bodies": bodies,
-            "checkpoint_bodies": tuple(scan_body(jax.checkpoint(f, prevent_cse=False), params, x)
-                                       for f in stored)}

@@ -7,14 +7,19 @@ plan with."""
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+from jax.extend.core import ClosedJaxpr
 
-from ..measure.meter import activation_memory
+from ..measure.meter import activation_memory, program_memory
+from ..sequence.cache import SCAN_MARGINS
+from ..trees import signature
 from .held import stored_layer as _stored
 from .members import UNROLL, NestedScan, pieces, reshaped, runs
+from .programs import programs_at
 
 __all__ = ["measured_memory", "run_member", "scan_layers", "split_layers"]
 
@@ -79,12 +84,44 @@ def _segment(layer: Callable, sizes: tuple[int, ...], length: int, policy: Calla
     return run_member(layer, sizes, params, x, length, policy, top=False, unroll=unroll)
 
 
-def measured_memory(layer: Callable, params: Any, x: Any, length: int,
-              policies: tuple[Callable | None, ...], unroll: int, member: NestedScan) -> int:
-    """:func:`jaxremat.activation_memory` of ``member``'s program on abstract inputs, the
-    sum of the (inexact) output leaves as the loss."""
+def _member_loss(layer: Callable, member: NestedScan, length: int, policy: Callable | None,
+                 unroll: int) -> Callable:
+    """The sum of the (inexact) output leaves of ``member``'s program, a loss."""
     def loss(p: Any, h: Any) -> Any:
-        out = run_member(layer, member.sizes, p, h, length, policies[member.option], unroll=unroll)
+        out = run_member(layer, member.sizes, p, h, length, policy, unroll=unroll)
         return sum(jnp.sum(jnp.real(leaf)).astype(jnp.float32) for leaf in jax.tree.leaves(out)
                    if jnp.issubdtype(leaf.dtype, jnp.inexact))
-    return activation_memory(loss, params, x)
+    return loss
+
+
+def measured_memory(layer: Callable, params: Any, x: Any, length: int,
+                    policies: tuple[Callable | None, ...], unroll: int, member: NestedScan,
+                    names: tuple[str, ...] | None = None) -> int:
+    """:func:`jaxremat.activation_memory` of ``member``'s program on abstract inputs, the
+    sum of the (inexact) output leaves as the loss. With the options' ``names``, the
+    gradient's program is instantiated from one traced with symbolic sizes where the
+    member's policy allows it (:func:`jaxremat.scan.programs.programs_at`)."""
+    option = member.option
+    if names is None:
+        return activation_memory(_member_loss(layer, member, length, policies[option], unroll),
+                                 params, x)
+    key = ("measured", id(layer), signature(params), signature(x), member, unroll, length,
+           names, policies[option])
+    found = SCAN_MARGINS.get(key)
+    if found is not None and found[0]() is layer:  # a new budget at the same shape
+        return found[1]
+
+    def make(h: Any, policy: tuple) -> tuple[ClosedJaxpr]:
+        loss = _member_loss(layer, member, length, policy[0], unroll)
+        return (jax.make_jaxpr(jax.grad(loss, allow_int=True))(params, h),)
+
+    one = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), params)
+    program, = programs_at(layer, one, x, ("member", member, unroll, length, names), make,
+                           (policies[option],), (names[option],))
+    measured = program_memory(program, exclude_inputs=range(len(jax.tree.leaves(params))),
+                              count_outputs=False)
+    try:
+        SCAN_MARGINS.put(key, (weakref.ref(layer), measured))
+    except TypeError:  # no weak references: not kept across calls
+        pass
+    return measured

@@ -43,14 +43,15 @@ import jax
 import solver
 from solver import Chain, Schedule
 
-from ..lru import LRU
 from ..budget import check_budget, is_share, parse_budget, resolve_budget
+from ..sequence.cache import SCAN_MARGINS
 from ..sequence.plan import check_settings
+from ..collector import paused
 from ..sequence.policies import DEFAULT_POLICIES, check_policies, without_searched
 from ..sequence.profile import profile_sequence
 from .checks import check_differentiable, check_scannable, program_size, scan_length
 from .family import FamilyInfeasible, chain_options, choose, loop_margin, member_schedule
-from .held import margin_bytes
+from .margins import margin_bytes
 from .loops import ScanBody
 from .members import NestedScan, auto_unroll, check_unroll
 from .plan import ScanPlan, option_policies
@@ -72,7 +73,7 @@ SCAN_POLICIES = without_searched(DEFAULT_POLICIES)
 test suite's MLP and GPT-2 blocks they measured up to 2% above the prediction); name them
 in ``policies=`` to have them."""
 
-_MARGINS = LRU(64)  # (layer id, signatures, options) -> (weak reference, margin_bytes)
+_MARGINS = SCAN_MARGINS  # (layer id, signatures, options) -> (weak reference, margin_bytes)
 
 
 def _margin_sizes(layer: Callable, params: Any, x: Any, policies: tuple[Callable | None, ...],
@@ -84,7 +85,7 @@ def _margin_sizes(layer: Callable, params: Any, x: Any, policies: tuple[Callable
     found = _MARGINS.get(key)
     if found is not None and found[0]() is layer:  # not a dead function's id, reused
         return found[1]
-    sizes = margin_bytes(layer, params, x, policies)
+    sizes = margin_bytes(layer, params, x, policies, names)
     try:
         _MARGINS.put(key, (weakref.ref(layer), sizes))
     except TypeError:  # no weak references: not kept across calls
@@ -259,8 +260,9 @@ class RematScan:
         margin = functools.cache(functools.partial(loop_margin, chain, unroll=unroll, **sizes))
         margin_floor = functools.cache(functools.partial(  # the search's pruning: cheaper
             loop_margin, chain, unroll=unroll, floor=True, **sizes))
-        measure = functools.partial(measured_memory, self._layer, abstract_params, abstract_x, length,
-                                    policies, unroll)
+        measure = functools.partial(measured_memory, self._layer, abstract_params, abstract_x,
+                                    length, policies, unroll,
+                                    names=profile.layers[0].option_names)
         if not is_share(self._budget):  # bytes: no need to measure the plain scan
             budget = parse_budget(self._budget)
         else:
@@ -284,7 +286,8 @@ class RematScan:
     def plan(self, stacked_params: Any, x: Any) -> ScanPlan:
         """The :class:`ScanPlan` used for inputs like these (profiled and solved once per
         input signature)."""
-        return self._plan(stacked_params, x)
+        with paused():  # planning frees what it makes by reference counting (collector.py)
+            return self._plan(stacked_params, x)
 
     def __call__(self, stacked_params: Any, x: Any) -> Any:
         """Run the ``L`` layers on ``x``; value and gradients equal the plain ``lax.scan``'s.
@@ -296,7 +299,8 @@ class RematScan:
             and both lengths are named), or the layer changes the structure, shape or dtype
             of its input (use :func:`jaxremat.remat_sequence` then).
         """
-        plan = self._plan(stacked_params, x)
+        with paused():
+            plan = self._plan(stacked_params, x)
         return run_member(self._layer, plan.member.sizes, stacked_params, x, plan.length,
                     plan.policy, unroll=plan.unroll)
 

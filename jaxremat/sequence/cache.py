@@ -20,7 +20,8 @@ from ..trees import signature
 from .layer import LayerProfile
 from .policies import OFFLOAD_POLICIES
 
-__all__ = ["PROFILE_CACHE_SIZE", "PROGRAMS", "cache_key", "cached", "calibration_key",
+__all__ = ["PROFILE_CACHE_SIZE", "PROGRAMS", "SCAN_CHECKS", "SCAN_MARGINS", "SCAN_PROGRAMS",
+           "cache_key", "cached", "calibration_key",
            "derived_key", "profile_cache", "remember", "symbolic_key", "with_input_grad"]
 
 PROFILE_CACHE_SIZE = 1024
@@ -32,7 +33,21 @@ PROGRAMS = LRU(64)
 store): per layer function and input structure, not per shape. Cleared with
 :func:`profile_cache`."""
 
-PROFILES = LRU(PROFILE_CACHE_SIZE, clears=(PROGRAMS,))
+SCAN_MARGINS = LRU(256)
+"""``remat_scan``'s loop-margin sizes per layer, shapes and options
+(:func:`jaxremat.scan.remat.RematScan`), and the measured memory of its members
+(:func:`jaxremat.scan.realize.measured_memory`): numbers only. Cleared with
+:func:`profile_cache`."""
+
+SCAN_PROGRAMS = LRU(64)
+"""``remat_scan``'s programs traced with symbolic sizes (:mod:`jaxremat.scan.programs`).
+Cleared with :func:`profile_cache`."""
+
+SCAN_CHECKS = LRU(64)
+"""Whether a layer's forward at a shape is its symbolic forward's instantiation
+(:mod:`jaxremat.scan.programs`). Cleared with :func:`profile_cache`."""
+
+PROFILES = LRU(PROFILE_CACHE_SIZE, clears=(PROGRAMS, SCAN_MARGINS, SCAN_PROGRAMS, SCAN_CHECKS))
 
 
 def profile_cache() -> LRU:
@@ -51,7 +66,8 @@ def profile_cache() -> LRU:
     with ``"derived"`` mark a layer whose profile without the input's gradient is derived from
     the one with it at later shapes (:mod:`jaxremat.sequence.derive`; a flag, no program).
     A layer's symbolic programs, from which later batch sizes are instantiated, are kept in
-    a smaller cache of their own (:data:`PROGRAMS`).
+    a smaller cache of their own (:data:`PROGRAMS`), and so are ``remat_scan``'s
+    (:data:`SCAN_MARGINS`, :data:`SCAN_PROGRAMS`, :data:`SCAN_CHECKS`).
     ``profile_cache().clear()`` forgets them all (e.g. after redefining a layer's behaviour
     through global state).
     """

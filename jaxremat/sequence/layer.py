@@ -18,7 +18,7 @@ from solver.chain.options import full_forward_tmp
 from jax.extend.core import ClosedJaxpr
 
 from ..measure.trace import TracedLayer, plain_forward_tmp, tape_forward, tape_jaxpr, transients
-from .calibration import CostMeter
+from .calibration import FORWARD, CostMeter
 from ..trees import tree_bytes
 
 PEAK_FLOPS = 50e12
@@ -172,7 +172,7 @@ def forward_costs(layer: Callable, p: Any, x: Any, meter: CostMeter | None = Non
     lowers to the layer's own operations (JAX inlines an undifferentiated ``remat`` and adds
     its optimisation barrier only when differentiated), so its counts are the same
     (tests/test_profile_options.py checks it)."""
-    return (meter or CostMeter()).costs("forward", layer, (p, x), jaxpr)
+    return (meter or CostMeter()).costs(FORWARD, layer, (p, x), jaxpr)
 
 
 def layer_costs(layer: Callable, p: Any, x: Any, traced: TracedLayer, costs: str,
