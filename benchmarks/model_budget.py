@@ -1,8 +1,10 @@
 """Whole-step budgets of ``remat_blocks`` (scope="model") against uniform policies on every block.
 
 For the GPT of ``examples/gpt_nnx.py``, the ResNet of ``examples/resnet_nnx.py`` (its residual
-blocks under ``remat_blocks``, stem and head outside) and the ViT of ``examples/vit_nnx.py``
-(patch embedding and head outside), prints the whole training step's program-order memory
+blocks under ``remat_blocks``, stem and head outside), the ViT of ``examples/vit_nnx.py``
+(patch embedding and head outside) and, with ``--models llama``, the Llama-style decoder of
+``examples/llama_nnx.py`` (a model written without jaxremat in mind: RMSNorm, grouped-query
+attention with rotary embeddings, SwiGLU; embedding, final norm and head outside), prints the whole training step's program-order memory
 (``jaxremat.flax.activation_memory``: parameters and their gradients excluded) as a share of
 the plain model's, and the gradient's flops (``cost_analysis`` before XLA optimises):
 
@@ -27,6 +29,7 @@ the plain model's, and the gradient's flops (``cost_analysis`` before XLA optimi
     python benchmarks/model_budget.py            # small sizes, ~15 minutes on 2 CPU cores
     python benchmarks/model_budget.py --models gpt,vit --policies plus   # the MaxText table
     python benchmarks/model_budget.py --models vit
+    python benchmarks/model_budget.py --models llama    # ~2 minutes on 2 CPU cores
     python benchmarks/model_budget.py --issue    # adds the GPT of issue 16 (width 128, 8 blocks)
     python benchmarks/model_budget.py --costs static   # the blocks planned by the roofline
     python benchmarks/model_budget.py --large           # GPU sizes: ViT-S/16 at 224x224, ...
@@ -84,6 +87,7 @@ def _example(name: str):
 gpt = _example("gpt_nnx")
 resnet = _example("resnet_nnx")
 vit = _example("vit_nnx")
+llama = _example("llama_nnx")
 
 
 UNIFORM = {"every block": "nothing_saveable", "dots_no_batch": "dots_with_no_batch_dims_saveable",
@@ -283,6 +287,23 @@ def vit_rows(costs: str, device: bool, large: bool, menus: tuple, policies: dict
             menus, policies)
 
 
+def llama_rows(costs: str, device: bool, large: bool, menus: tuple, policies: dict) -> None:
+    # vocab, width, heads, kv heads, blocks, MLP width, length, batch
+    sizes = (4096, 512, 8, 2, 8, 1408, 256, 16) if large else (256, 64, 4, 2, 6, 176, 32, 4)
+    vocab, dim, heads, kv_heads, depth, hidden, length, n = sizes
+    tokens, labels = llama.progressions(0, n, length, vocab)
+
+    def make(cls):
+        with jax.threefry_partitionable(False):
+            return cls(vocab, dim, heads, kv_heads, depth, hidden, rngs=nnx.Rngs(0))
+
+    compare(f"Llama (examples/llama_nnx.py): width {dim}, {heads} heads, {kv_heads} kv heads, "
+            f"{depth} blocks, MLP {hidden}, length {length}, batch {n}, vocab {vocab}", make,
+            llama.Llama, lambda self, t: self.embed(t), lambda self, h: self.head(self.norm(h)),
+            llama.loss_fn, (tokens, labels), ["50%", "30%"], costs, device, menus,
+            {k: v for k, v in policies.items() if k in UNIFORM})  # written without names
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt,resnet,vit")
@@ -311,7 +332,8 @@ def main(argv=None) -> None:
         policies = {k: v for k, v in policies.items() if k in args.uniform}
     rows = {"gpt": lambda: gpt_rows(args.issue, args.costs, device, args.large, menus, policies),
             "resnet": lambda: resnet_rows(args.costs, device, args.large, menus, policies),
-            "vit": lambda: vit_rows(args.costs, device, args.large, menus, policies)}
+            "vit": lambda: vit_rows(args.costs, device, args.large, menus, policies),
+            "llama": lambda: llama_rows(args.costs, device, args.large, menus, policies)}
     unknown = set(args.models.split(",")) - set(rows)
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {sorted(rows)}")

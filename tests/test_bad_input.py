@@ -125,6 +125,27 @@ def test_remat_blocks_instance_budget_is_not_ignored():
         model(jnp.ones((2, 4)))
 
 
+class Positional(nnx.Module):
+    """A block taking a side input beside the activation, as Llama-style blocks take their
+    positions or rotary tables."""
+
+    def __init__(self):
+        self.linear = nnx.Linear(4, 4, rngs=nnx.Rngs(0))
+
+    def __call__(self, x, positions):
+        return self.linear(x) * positions
+
+
+def test_blocks_given_side_inputs_say_how_to_pass_them():
+    # run_blocks(h, positions): only the first block gets positions (Sequential's
+    # convention); the error named the missing argument without saying why
+    model = RematSequential(Positional(), Positional(), budget="1MiB")
+    with pytest.raises(TypeError, match=r"missing 1 required positional argument.*\n.*"
+                                        r"layer 0 is called with the 2 arguments given.*"
+                                        r"return h, positions"):
+        model(jnp.ones((2, 4)), jnp.ones((2, 4)))
+
+
 def test_remat_blocks_attribute_must_be_a_list():
     cls = remat_blocks("blocks", budget="1MiB")(type("Tower", (Tower,), {}))
     model = cls(nnx.Linear(4, 4, rngs=nnx.Rngs(0)))

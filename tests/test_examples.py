@@ -1,6 +1,6 @@
 """The examples run in their small configuration and their losses go down.
 
-resnet_nnx, gpt_nnx, vit_nnx, mlp_linen and inception_graph run in-process through their ``main(argv)``;
+resnet_nnx, gpt_nnx, vit_nnx, llama_nnx, mlp_linen and inception_graph run in-process through their ``main(argv)``;
 data_parallel runs in a subprocess because it sets XLA_FLAGS (8 host devices) before JAX
 starts.
 """
@@ -61,6 +61,17 @@ def test_gpt_nnx(capsys):
 def test_vit_nnx(capsys):
     result = load("vit_nnx").main(["--steps", "24"])
     check_training(result, 0.9)
+    assert "jaxremat plan" in capsys.readouterr().out
+
+
+def test_llama_nnx(capsys):
+    # a model written without jaxremat in mind (RMSNorm, grouped-query attention with rotary
+    # embeddings, SwiGLU); main asserts the measured step within the budget, gradients equal
+    # to the plain model's and the same loss at every training step
+    result = load("llama_nnx").main(["--steps", "12", "--budget", "30%"])
+    check_training(result, 0.9)
+    assert result["losses"] == pytest.approx(result["plain_losses"], rel=1e-4)
+    assert result["measured"] <= result["scope"].budget
     assert "jaxremat plan" in capsys.readouterr().out
 
 

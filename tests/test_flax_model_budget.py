@@ -33,6 +33,7 @@ def _example(name: str):
 
 gpt = _example("gpt_nnx")
 resnet = _example("resnet_nnx")
+llama = _example("llama_nnx")
 
 
 def _every_block(cls, before, after):
@@ -159,6 +160,30 @@ def test_at_the_memory_of_nnx_remat_on_every_block_the_plan_fits(case):
     # never more flops than nnx.remat on every block at its own memory
     assert _flops(model, case["loss_fn"], *case["batch"]) <= case["every_flops"] * (1 + 1e-6)
     assert plan.scope.measured == measured
+
+
+@pytest.mark.slow  # about 8 s
+def test_the_head_at_the_turn_is_charged_to_the_last_block():
+    """The head and the loss run between the last block's forward and its backward, beside
+    the last block's tape: the blocks' chain charges their memory there
+    (jaxremat.flax.nnx.with_turn). Before, Rotor kept the last block's whole tape (nearly free
+    in the chain: its backward follows at once) and the measured step paid the head on top,
+    so at the memory of nnx.remat on every block of this Llama-style model (its logits 4x its
+    width) only every-layer checkpointing fitted; now a plan with fewer flops does."""
+    vocab, dim, heads, kv_heads, depth, hidden, length, n = 128, 32, 4, 2, 3, 64, 16, 2
+    batch = llama.progressions(0, n, length, vocab)
+    make = lambda cls: cls(vocab, dim, heads, kv_heads, depth, hidden,  # noqa: E731
+                           rngs=nnx.Rngs(0))
+    every = make(_every_block(llama.Llama, lambda self, t: self.embed(t),
+                              lambda self, h: self.head(self.norm(h))))
+    memory = jaxremat.flax.activation_memory(every, llama.loss_fn, *batch)
+    model = make(llama.Llama)
+    model.remat_budget = memory
+    plan = model.fit_blocks(llama.loss_fn, *batch)
+    assert jaxremat.flax.activation_memory(model, llama.loss_fn, *batch) <= memory
+    assert plan.method == "rotor"
+    assert _flops(model, llama.loss_fn, *batch) < 0.95 * _flops(every, llama.loss_fn, *batch)
+    llama.check_gradients(model, make(llama.PlainLlama), *batch)
 
 
 def test_shares_are_of_the_whole_step_and_over_100_percent_is_no_remat(case):

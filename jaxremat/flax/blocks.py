@@ -151,13 +151,15 @@ def remat_blocks(
         return f"{type(self).__name__}.{attribute}"
 
     def planned(blocks: Any, args: tuple, choice: dict, owner: str) -> Plan:
-        """The blocks' plan under ``choice`` (``{"budget", "method"}``; the budget
+        """The blocks' plan under ``choice`` (``{"budget", "method"}`` and, for a list of
+        blocks, the whole step's ``"turn"``, :func:`jaxremat.flax.nnx.with_turn`; the budget
         :data:`model_scope.LEAST` is the least that the method fits)."""
         run = {**settings, **choice}
         plan_fn = plan_modules
         if is_scanned_stack(blocks):
             plan_fn = functools.partial(plan_scanned, owner=owner)
             run = {**scan_settings, **choice}
+            run.pop("turn", None)  # remat_scan's family measures its members' programs
         if run["budget"] == model_scope.LEAST:
             try:
                 return plan_fn(blocks, *args, **{**run, "budget": 1})
@@ -165,17 +167,18 @@ def remat_blocks(
                 run["budget"] = max(1, math.ceil(error.min_budget))
         return plan_fn(blocks, *args, **run)
 
-    def blocks_plan(self: Any, args: tuple, chosen: Any) -> Plan:
-        """The blocks' plan for this call (``args``: the blocks' input) under the scope."""
+    def blocks_plan(self: Any, args: tuple, chosen: Any) -> tuple[Plan, float]:
+        """The blocks' plan for this call (``args``: the blocks' input) under the scope, and
+        the turn it was planned with (what ``run_modules`` must plan with again)."""
         blocks = blocks_of(self)
         probing = model_scope.probe()
         if probing is not None:  # the whole step is being measured with a probed plan
             plan = planned(blocks, args, probing["choice"], owner_of(self))
             model_scope.planned_under_probe(probing, plan, model_scope.current_call(self))
-            return plan
+            return plan, probing["choice"].get("turn", 0)
         if scope == "blocks":
             return dataclasses.replace(planned(blocks, args, {"budget": chosen}, owner_of(self)),
-                                       scope=model_scope.ScopeNote("blocks"))
+                                       scope=model_scope.ScopeNote("blocks")), 0
         call = model_scope.current_call(self)
         if call is None:
             raise RuntimeError(
@@ -183,7 +186,8 @@ def remat_blocks(
                 f"self.{name} must run inside the model's __call__ (it ran outside one). Call "
                 f"the model, or use scope='blocks' to bound the blocks alone.")
         choice, note, _ = fit_call(self, *call, chosen)
-        return dataclasses.replace(planned(blocks, args, choice, owner_of(self)), scope=note)
+        return (dataclasses.replace(planned(blocks, args, choice, owner_of(self)), scope=note),
+                choice.get("turn", 0))
 
     def call_key(self: Any, args: tuple, kwargs: dict, chosen: Any) -> tuple:
         """What a whole-step fit depends on: the model's definition and call, the budget."""
@@ -209,20 +213,20 @@ def remat_blocks(
     def run(self: Any, *args: Any, budget: Any = None) -> Any:
         chosen = budget_of(self, budget)
         check_budget(chosen)
-        plan = blocks_plan(self, args, chosen)
+        plan, turn = blocks_plan(self, args, chosen)
         blocks = blocks_of(self)
         if is_scanned_stack(blocks):
             return run_scanned(blocks, *args, **{**scan_settings, "budget": plan.budget,
                                                  "method": plan.method},
                                owner=owner_of(self))
         return run_modules(blocks, *args, **{**settings, "budget": plan.budget,
-                                             "method": plan.method})
+                                             "method": plan.method, "turn": turn})
 
     def plan(self: Any, *args: Any, budget: Any = None) -> Plan:
         chosen = budget_of(self, budget)
         check_budget(chosen)
         if scope == "blocks":
-            return blocks_plan(self, args, chosen)
+            return blocks_plan(self, args, chosen)[0]
         _, note, found = fit_call(self, args, {}, chosen)
         return dataclasses.replace(found, scope=note)
 

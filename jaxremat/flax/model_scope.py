@@ -22,7 +22,11 @@ is a function of the blocks' budget ``b``:
   ``dots_with_no_batch_dims_saveable`` on every block of that GPT the bisection settled on
   a plan with 0.4 % more flops than the policy, whose own plan measures less but is
   predicted 1 % above Rotor's. The answer is the candidate
-  of least predicted time whose measurement fits.
+  of least predicted time whose measurement fits;
+* for ``method="rotor"`` the blocks are planned with the step's *turn* charged
+  (:func:`_turn`, :func:`jaxremat.flax.nnx.with_turn`): the head and loss run between the
+  last block's forward and its backward, beside the last block's tape, which the blocks'
+  chain alone finds nearly free to keep.
 
 Guarantee: the measured step of the chosen plan is at most the budget. The step measured is
 either the model's call with a loss of its outputs (``loss=``, default their sum: the loss
@@ -222,9 +226,12 @@ def _search(measured: Callable[[dict], tuple[int, dict]], budget: Any, *, method
     if plain <= limit:
         return {"budget": NO_REMAT, "method": method}, note(measured=plain * batch), entry["plan"]
     top = entry["plan"].no_remat_peak
+    turn = _turn(measured, plain, entry["plan"]) if method == "rotor" else 0
     fitting, tried = [], []
 
     def consider(choice: dict) -> tuple[bool, Any]:
+        if turn:
+            choice = dict(choice, turn=turn)
         value, seen = measured(choice)
         tried.append(value)
         if value <= limit:
@@ -268,6 +275,22 @@ def _search(measured: Callable[[dict], tuple[int, dict]], budget: Any, *, method
     if isinstance(choice["budget"], int):
         choice = dict(choice, budget=choice["budget"] * batch)
     return choice, note(measured=value * batch), plan
+
+
+def _turn(measured: Callable[[dict], tuple[int, dict]], plain: int, no_remat: Any) -> float:
+    """What the step holds at its turn beside the blocks' chain, above what it holds beside
+    them throughout (per example; :func:`jaxremat.flax.nnx.with_turn` charges it).
+
+    The head and the loss run between the last block's forward and its backward, beside all
+    the blocks keep then: without remat the step peaks there, ``plain - no_remat_peak`` above
+    the chain. Part of that is held throughout (a stem's residuals): every-layer
+    checkpointing, whose peak is inside a block's backward, measures it above its
+    prediction. The difference is the head's own, charged at the turn only."""
+    if not isinstance(no_remat, Plan):  # a scanned stack: remat_scan measures its members
+        return 0
+    every, seen = measured({"budget": LEAST, "method": "every_layer"})
+    throughout = max(0, every - seen["plan"].predicted_peak)
+    return max(0, plain - no_remat.no_remat_peak - throughout)
 
 
 def _uniform_methods(plan: Any, low: float) -> list[str]:

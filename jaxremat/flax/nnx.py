@@ -49,11 +49,15 @@ dict as keyword arguments, anything else as the single argument.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from typing import Any, Callable, Sequence
 
+import numpy as np
 from flax import nnx
+
+from solver.chain.options import base_forward_tmp
 
 from ..sequence.apply import apply_plan
 from ..budget import check_budget
@@ -135,6 +139,7 @@ def plan_pure_layers(
     backend: str,
     policies: Any = None,
     key_bytes: int = 0,
+    turn: float = 0,
 ) -> Plan:
     """Profile pure layers ``fns[i](params[i], x)`` and solve them under ``budget``.
 
@@ -147,7 +152,9 @@ def plan_pure_layers(
     are profiled per example and the budget still means the whole batch; the input's
     gradient is planned for only when ``activation`` is being differentiated
     (:mod:`jaxremat.trace_state`). ``key_bytes``: RNG key bytes a recomputed layer keeps
-    alive (:func:`jaxremat.sequence.plan.solve_plan`).
+    alive (:func:`jaxremat.sequence.plan.solve_plan`). ``turn``: what the step holds beside
+    the layers where it turns from forward to backward (:func:`with_turn`; ``remat_blocks``'
+    whole-step scope), per example.
     """
     check_budget(budget)
     batch = vmap_batch_size((params, activation))  # an ensemble batches the params only
@@ -157,7 +164,7 @@ def plan_pure_layers(
     menu = check_policies(policies)
     profile_key = (keys, signature(abstract_params), signature(abstract_x), costs, input_grad, menu,
                    batch > 1)
-    plan_key = (profile_key, batch, budget, method, slots, key_bytes)
+    plan_key = (profile_key, batch, budget, method, slots, key_bytes, turn)
     plan = _plans.get(plan_key)
     if plan is not None:
         return plan
@@ -167,14 +174,73 @@ def plan_pure_layers(
             return plan
         profile = _profiles.get(profile_key)
         if profile is None:
-            profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs,
-                                       input_grad=input_grad, policies=menu, vmapped=batch > 1)
+            try:
+                profile = profile_sequence(list(fns), abstract_params, abstract_x, costs=costs,
+                                           input_grad=input_grad, policies=menu,
+                                           vmapped=batch > 1)
+            except TypeError as error:
+                _raise_side_inputs_hint(error, activation)
+                raise
             _profiles.put(profile_key, profile)
-        plan = solve_plan(profile, budget, method=method, slots=slots, backend=backend,
-                          batch_size=batch, input_grad=input_grad,
+        plan = solve_plan(with_turn(profile, turn), budget, method=method, slots=slots,
+                          backend=backend, batch_size=batch, input_grad=input_grad,
                           input_shapes=leaf_shapes(abstract_x), key_bytes=key_bytes)
         _plans.put(plan_key, plan)
     return plan
+
+
+def with_turn(profile: Profile, turn: float) -> Profile:
+    """``profile`` with ``turn`` bytes charged where the step turns from forward to backward.
+
+    Within a whole training step, what comes after the layers (a model's head and loss: its
+    logits and their gradient) runs between the last layer's forward and its backward,
+    beside everything the layers keep then, the last layer's tape included. Rotor models it
+    as the chain's loss layer (Beaumont et al. 2019, section 3); the chain here has a loss
+    op of no memory of its own, so ``turn`` (:func:`jaxremat.flax.model_scope._turn`) is
+    charged to the forwards that precede it, those of the last layer before ``g[L]`` exists:
+    ``fwd_tmp[L-1]`` (every option) and ``fwd_ck_tmp[L-1]`` grow by ``turn``, while the
+    tape-only forward that recomputes the last layer after the loss (``fwd_tape_tmp``, made
+    explicit here) does not. Without it the last block's whole tape looks nearly free
+    (its backward follows at once) and plans keep it, while the measured step pays the
+    head on top: at the memory of ``nnx.remat`` on every block, the fits of a 6-block
+    Llama and GPT cost as much as every-layer checkpointing (1.247x and 1.266x the plain
+    step's flops); with it, plans of 1.207x and 1.225x fit there (CPU,
+    ``benchmarks/model_budget.py``).
+    """
+    if turn <= 0:
+        return profile
+    chain = profile.chain
+    base = base_forward_tmp(chain)  # the tape-only forward after the loss: unchanged
+    fwd_tmp = np.array(chain.fwd_tmp)
+    fwd_tmp[-1] += turn
+    ck_tmp = np.array(chain.ck_tmp)
+    ck_tmp[-1] += turn
+    options = chain.options
+    if options is not None:
+        option_tmp = np.array(options.fwd_tmp)
+        option_tmp[-1] += turn
+        options = dataclasses.replace(options, fwd_tmp=option_tmp,
+                                      fwd_tape_tmp=np.where(options.valid, base, 0.0))
+    chain = dataclasses.replace(chain, fwd_tmp=fwd_tmp, fwd_ck_tmp=ck_tmp, options=options,
+                                fwd_tape_tmp=base[:, 0])
+    return dataclasses.replace(profile, chain=chain)
+
+
+def _raise_side_inputs_hint(error: TypeError, activation: Any) -> None:
+    """Raise ``error`` with Flax's ``Sequential`` convention explained where it is the likely
+    cause: a layer after the first failed to trace (a missing argument) while the first was
+    given several arguments -- e.g. blocks that each take ``(h, positions)``, of which only
+    the first gets the positions. Returns when that is not the case."""
+    index = getattr(error, "layer_index", 0)
+    if index < 1 or not (isinstance(activation, tuple) and len(activation) > 1):
+        return
+    raise TypeError(
+        f"{error}\nThe layers run as Flax's Sequential runs them: layer 0 is called with the "
+        f"{len(activation)} arguments given, each later layer with the previous layer's output "
+        "alone (a tuple is passed as positional arguments). A block that takes inputs beside "
+        "the activation (positions, rotary tables, a mask) must return them with its output "
+        "(`return h, positions`, and the model unpacks the last block's), or compute them "
+        "itself.") from error
 
 
 def plan_modules(
@@ -185,12 +251,14 @@ def plan_modules(
     slots: int = 500,
     costs: str = "static",
     policies: Any = None,
+    turn: float = 0,
 ) -> Plan:
     """The :class:`jaxremat.Plan` for running ``layers`` on ``args`` under ``budget``.
 
     ``layers`` are NNX modules or plain callables; ``args`` the first layer's positional
     arguments. Profiling works from shapes; the result is cached per graph definitions and
-    input signature. Raises :class:`solver.InfeasibleBudget` when nothing fits.
+    input signature. Raises :class:`solver.InfeasibleBudget` when nothing fits. ``turn``:
+    bytes the step holds beside the layers at its turn (:func:`with_turn`).
     """
     check_budget(budget)
     if not layers:
@@ -198,7 +266,8 @@ def plan_modules(
     activation = tuple(args)  # the first layer is called f(*args), as Sequential does
     keys, fns, states = zip(*(_pure(layer) for layer in layers))
     return plan_pure_layers(keys, fns, states, activation, budget=budget, method=method,
-                            slots=slots, costs=costs, backend="nnx.remat", policies=policies)
+                            slots=slots, costs=costs, backend="nnx.remat", policies=policies,
+                            turn=turn)
 
 
 def _segment_transform(body: Callable) -> Callable:
@@ -223,6 +292,7 @@ def run_modules(
     slots: int = 500,
     costs: str = "static",
     policies: Any = None,
+    turn: float = 0,
 ) -> Any:
     """Run ``layers`` in sequence on ``args`` with the rematerialization plan of
     :func:`plan_modules`, applied with nested ``nnx.remat``.
@@ -231,7 +301,7 @@ def run_modules(
     the modules (batch statistics, RNG counters) equal those of running the layers plainly.
     """
     plan = plan_modules(layers, *args, budget=budget, method=method, slots=slots, costs=costs,
-                        policies=policies)
+                        policies=policies, turn=turn)
     activation = tuple(args)  # the first layer is called f(*args), as Sequential does
     # apply_plan calls fns[i](params[i], x): for a module, params[i] is the module itself
     # (nnx.remat lifts it and propagates its state updates); a plain callable has None.

@@ -104,7 +104,9 @@ def _layer_error(index: int, x: Any, error: Exception) -> Exception:
         f"{type(error).__name__}: {error}"
     )
     kind = TypeError if isinstance(error, TypeError) else ValueError
-    return kind(message)
+    raised = kind(message)
+    raised.layer_index = index  # read by jaxremat.flax.nnx to explain Sequential's convention
+    return raised
 
 
 def _counted_residuals(forward: ClosedJaxpr, num_outputs: int, used: Sequence[bool]) -> list[Any]:
