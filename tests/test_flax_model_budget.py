@@ -152,7 +152,10 @@ def test_the_measured_whole_step_is_within_the_budget(cases, name, share):
     assert "the whole training step (loss_fn(model, *batch))" in text and "blocks budget" in text
 
 
-def test_at_the_memory_of_nnx_remat_on_every_block_the_plan_fits(case):
+@pytest.mark.parametrize("name", [pytest.param("gpt", marks=pytest.mark.slow), "resnet"])
+def test_at_the_memory_of_nnx_remat_on_every_block_the_plan_fits(cases, name):
+    """(The GPT's fit: 22 s in CI's default tier, slow.)"""
+    case = cases(name)
     model = case["make"]()
     model.remat_budget = case["every"]
     plan = model.fit_blocks(case["loss_fn"], *case["batch"])
