@@ -127,7 +127,8 @@ def cases():
     return lambda name: built[name] if name in built else built.setdefault(name, _build(name))
 
 
-@pytest.fixture(scope="module", params=CASES.keys())
+@pytest.fixture(scope="module", params=[  # the GPT's case builds in 12 s: slow tier
+    pytest.param(name, marks=pytest.mark.slow) if name == "gpt" else name for name in CASES])
 def case(request, cases):
     return cases(request.param)
 
