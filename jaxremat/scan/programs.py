@@ -22,14 +22,13 @@ measure what the traced ones measure on the test suite's blocks
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from typing import Any, Callable, Hashable
 
 import jax
 from jax.extend.core import ClosedJaxpr
 
 from ..lru import LRU
-from ..sequence.cache import SCAN_CHECKS, SCAN_PROGRAMS
+from ..sequence.cache import SCAN_CHECKS, SCAN_PROGRAMS, cached, remember
 from ..sequence.policies import shape_free
 from ..sequence.searched import SearchedPolicy, moved_policy
 from ..measure.symbolic import (SEQUENCE, SymbolicInput, instantiate, same_program, shape_env,
@@ -115,15 +114,12 @@ def _structure(x: Any) -> tuple:
 
 
 def _keep(store: LRU, key: tuple, layer: Callable, value: Any) -> None:
-    try:
-        store.put(key, (weakref.ref(layer), value))
-    except TypeError:  # no weak references: not kept across calls
-        pass
+    remember(key, layer, value, None, store)
 
 
 def _alive(store: LRU, key: tuple, layer: Callable) -> Any:
-    found = store.get(key)
-    return found[1] if found is not None and found[0]() is layer else None
+    found = cached(key, layer, store)
+    return None if found is None else found[0]
 
 
 def _forward_at(layer: Callable, params: Any, x: Any, entry: _Symbolic, env: dict[str, int]

@@ -7,7 +7,6 @@ plan with."""
 from __future__ import annotations
 
 import functools
-import weakref
 from typing import Any, Callable
 
 import jax
@@ -15,7 +14,7 @@ import jax.numpy as jnp
 from jax.extend.core import ClosedJaxpr
 
 from ..measure.meter import activation_memory, program_memory
-from ..sequence.cache import SCAN_MARGINS
+from ..sequence.cache import SCAN_MARGINS, cached, remember
 from ..trees import signature
 from .held import stored_layer as _stored
 from .members import UNROLL, NestedScan, pieces, reshaped, runs
@@ -107,9 +106,9 @@ def measured_memory(layer: Callable, params: Any, x: Any, length: int,
                                  params, x)
     key = ("measured", id(layer), signature(params), signature(x), member, unroll, length,
            names, policies[option])
-    found = SCAN_MARGINS.get(key)
-    if found is not None and found[0]() is layer:  # a new budget at the same shape
-        return found[1]
+    found = cached(key, layer, SCAN_MARGINS)
+    if found is not None:  # a new budget at the same shape
+        return found[0]
 
     def make(h: Any, policy: tuple) -> tuple[ClosedJaxpr]:
         loss = _member_loss(layer, member, length, policy[0], unroll)
@@ -120,8 +119,5 @@ def measured_memory(layer: Callable, params: Any, x: Any, length: int,
                            (policies[option],), (names[option],))
     measured = program_memory(program, exclude_inputs=range(len(jax.tree.leaves(params))),
                               count_outputs=False)
-    try:
-        SCAN_MARGINS.put(key, (weakref.ref(layer), measured))
-    except TypeError:  # no weak references: not kept across calls
-        pass
+    remember(key, layer, measured, None, SCAN_MARGINS)
     return measured
