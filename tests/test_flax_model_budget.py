@@ -203,21 +203,24 @@ def test_shares_are_of_the_whole_step_and_over_100_percent_is_no_remat(case):
         model.fit_blocks(case["loss_fn"], *case["batch"])
 
 
-def test_the_training_step_uses_the_fitted_plan(cases, monkeypatch):
+@pytest.mark.parametrize("name, share", [
+    ("resnet", 0.6), pytest.param("gpt", 0.8, marks=pytest.mark.slow)])  # GPT: a 20 s fit
+def test_the_training_step_uses_the_fitted_plan(cases, monkeypatch, name, share):
     # (gradients equal the plain loop's: tests/test_flax_nnx.py, whose towers use this scope)
-    case = cases("gpt")
-    model, fitted = case["fit"](0.8)  # shared with test_the_measured_whole_step_is_within...
+    case = cases(name)
+    model, fitted = case["fit"](share)  # shared with test_the_measured_whole_step_is_within...
     assert max(fitted.forward_counts) > 1 or set(fitted.options) != {"everything"}  # remats
-    loss_fn, (data,) = case["loss_fn"], case["batch"]
+    loss_fn, batch = case["loss_fn"], case["batch"]
     # the shared fit may have left model_scope's LRU since (other modules' fits in this
     # worker): fitting again is a cache hit, else the same plan made again
-    assert model.fit_blocks(loss_fn, data).schedule.plan == fitted.schedule.plan
+    assert model.fit_blocks(loss_fn, *batch).schedule.plan == fitted.schedule.plan
     calls = []
     monkeypatch.setattr(model_scope, "activation_memory",
                         lambda *a, **k: calls.append(a) or 0)  # would break a new fit
-    grads = nnx.eval_shape(lambda m, d: nnx.grad(loss_fn)(m, d), model, data)  # traced
+    grads = nnx.eval_shape(lambda m, *b: nnx.grad(loss_fn)(m, *b), model, *batch)  # traced
     assert jax.tree.leaves(grads) and not calls  # the step found the fitted plan
-    assert model.plan_blocks(data[:, :-1]).schedule.plan == fitted.schedule.plan
+    call = batch[0][:, :-1] if name == "gpt" else batch[0]  # the model's argument
+    assert model.plan_blocks(call).schedule.plan == fitted.schedule.plan
     assert not calls
 
 

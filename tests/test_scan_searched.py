@@ -48,6 +48,7 @@ def test_a_budget_between_uniform_policies_takes_a_searched_union(gpt):
     f = jaxremat.remat_scan(layer, budget, costs="flops", policies=MENU)
     plan = f.plan(params, x)
     assert plan.option_name.startswith("nothing_plus")
+    assert plan.room_hint() is None and "room" not in plan.report()
     assert plan.measured_peak == bench.memory(f, params, x) <= budget
     assert bench.flops(f, params, x) < 0.99 * least_flops
     loss = lambda fn: (lambda p, h: jnp.sum(jnp.sin(fn(p, h))))  # noqa: E731
@@ -55,6 +56,23 @@ def test_a_budget_between_uniform_policies_takes_a_searched_union(gpt):
     want = jax.grad(loss(bench.scanned(None, layer)), (0, 1))(params, x)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         assert jnp.allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
+def test_a_plan_that_leaves_room_names_the_searched_menu(gpt):
+    """Halfway between the memories of ``nothing_saveable`` and
+    ``dots_with_no_batch_dims_saveable`` the default menu checkpoints every layer and leaves
+    a third of the budget unused: the plan's report says so and names the menu that uses it;
+    a plan that uses its budget, or recomputes nothing, says nothing of it."""
+    bench, layer, params, x = gpt
+    nothing, no_batch = (bench.memory(bench.scanned(p, layer), params, x)
+                         for p in ("nothing_saveable", "dots_with_no_batch_dims_saveable"))
+    plan = jaxremat.remat_scan(layer, (nothing + no_batch) // 2, costs="flops").plan(params, x)
+    assert plan.measured_peak == nothing
+    assert '"dots_plus")' in plan.room_hint() and plan.room_hint() in plan.report()
+    assert plan.room_hint().startswith(f"{1 - nothing / plan.budget:.0%} of the budget unused")
+    tight = jaxremat.remat_scan(layer, nothing, costs="flops").plan(params, x)
+    assert tight.measured_peak == nothing and tight.room_hint() is None
+    assert jaxremat.remat_scan(layer, "100%").plan(params, x).room_hint() is None
 
 
 def test_under_vmap_the_searched_options_are_left_out_and_the_plan_says_why(gpt):
