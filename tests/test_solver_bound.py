@@ -135,6 +135,18 @@ def test_infinite_only_where_no_sequence_fits():
     assert chain_time_bound(chain, 10).time == math.inf == exhaustive_optimum(chain, 10)
 
 
+def test_a_rebuilt_tape_that_holds_the_next_input_is_counted_once():
+    """A hypothesis draw of ``tests/test_ck_tmp.py`` (seed 1006): at 12 the sequence F_ck(0),
+    F_all(1), F_all(2), drop x[1], loss, F_all(0), B(2), B(1), B(0) peaks at 12, its B(1)
+    reading x[1] inside layer 0's rebuilt tape. The bound counted that tape at B*(1) beside
+    X*(1), the same bytes, and called 12 infeasible."""
+    chain = solver.Chain(fwd_time=[0, 0, 0], bwd_time=[0, 0, 0], x_size=[1, 5, 2, 4],
+                         xbar_size=[5, 2, 4], output_in_tape=[True, False, False],
+                         x_read_size=[0, 5, 0], x_rec_size=[1, 5, 0], fwd_ck_tmp=[0, 0, 0])
+    assert exhaustive_optimum(chain, 12) == 0 == chain_time_bound(chain, 12).time
+    assert chain_time_bound(chain, 11).time == math.inf == exhaustive_optimum(chain, 11)
+
+
 def test_bad_input_names_the_fix():
     chain, budget = recorded_chain(path=MLP)
     with pytest.raises(TypeError, match="solver.Chain"):

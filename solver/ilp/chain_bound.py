@@ -72,7 +72,9 @@ not cut by any ``F_all(i)`` (the simulator refuses that), at most by ``x_rec_siz
 that copy was produced before ``loss*`` (``Y_i = 0``; always for ``i = 0``, and when layer
 ``i-1`` is simple, its only output): then at ``loss*`` it holds ``max_cut - x_rec_free``
 more than the copy the ``H_{i-1}`` term may count (``F_i``), and at each ``B*(j)``, ``j > i``,
-either it is still stored or ``F*(i)`` has run and its tape is (``E_i``, the smaller); or a
+either it is still stored or ``F*(i)`` has run and its tape is (``E_i``, the smaller; at
+``B*(i+1)`` the tape beyond its output, ``N_i``: an option that keeps its output in the tape
+may hold the very ``X*(i+1)`` that row counts on its own); or a
 forward of layer ``i-1`` produced it after ``loss*`` (``Y_i = 1``): free in the bound when
 that layer's case already runs such a forward, and when it is ``tape_again`` with an option
 that keeps its output outside the tape, at least ``min(f_{i-1}, fwd_time - t(k))`` more
@@ -81,7 +83,7 @@ that keeps its output outside the tape, at least ``min(f_{i-1}, fwd_time - t(k))
 
 **Program.** One binary per layer, option and case (exactly one per layer), continuous
 ``H_i``, the tape term of each ``B*(j)`` row and ``x[0]``'s size, and the rebuilt inputs'
-``Y_i``, ``F_i``, ``E_i``, ``P_i``; minimise the time above (with ``P``) under the ``L + 1``
+``Y_i``, ``F_i``, ``E_i``, ``N_i``, ``P_i``; minimise the time above (with ``P``) under the ``L + 1``
 memory rows. Each sequence maps to a feasible point of no larger
 objective, so the optimum bounds every sequence (the bound returned is HiGHS's proven
 dual bound). When the best sequence is a persistent plan that keeps every layer's tape
@@ -212,12 +214,18 @@ def _cheapest_of_twins(matrix: np.ndarray, cost: np.ndarray) -> np.ndarray:
 
 
 def _rebuilt_inputs(chain: Chain, col: _Columns, first: np.ndarray, max_cut: np.ndarray,
-                    add_ge, variables: tuple[int, int, int, int]) -> None:
+                    add_ge, variables: tuple[int, int, int, int, int]) -> None:
     """The rows of the input a rebuilt layer's ``F*(i)`` reads (module docstring, "Rebuilt
     inputs"): per layer the binary ``Y_i`` (that input produced after ``loss*``) and the
-    continuous ``F_i`` (bytes at ``loss*``), ``E_i`` (at each ``B*(j)``, ``j > i``) and
-    ``P_i`` (time), through ``add_ge(coefficients, z, low)``."""
-    Y, F, E, P = variables
+    continuous ``F_i`` (bytes at ``loss*``), ``E_i`` (at each ``B*(j)``, ``j > i + 1``),
+    ``N_i`` (at ``B*(i+1)``) and ``P_i`` (time), through ``add_ge(coefficients, z, low)``.
+
+    At ``B*(i+1)`` the tape of ``F*(i)`` may hold ``X*(i+1)`` itself (an option that keeps
+    its output in the tape, run after ``loss*``), which that row counts on its own: there
+    the tape counts only beyond its output (``N_i``). Counting it whole overcounted the
+    row and called a budget infeasible that a sequence meets (a hypothesis draw of
+    ``tests/test_ck_tmp.py``: ``tests/test_solver_bound.py::test_a_rebuilt_tape_that_holds_the_next_input_is_counted_once``)."""
+    Y, F, E, N, P = variables
     rebuilt = ~col.tape_before
     for i in range(chain.length):
         mine = (col.layer == i) & rebuilt
@@ -232,6 +240,9 @@ def _rebuilt_inputs(chain: Chain, col: _Columns, first: np.ndarray, max_cut: np.
         add_ge({F + i: 1.0, Y + i: more}, np.where(mine, -more, 0.0), 0.0)
         e = np.where(mine, np.minimum(more, tape), 0.0)
         add_ge({E + i: 1.0, Y + i: float(e.max())}, -e, 0.0)
+        beyond = np.maximum(col.tape - np.where(col.in_tape, chain.x_size[i + 1], 0.0), 0.0)
+        e = np.where(mine, np.minimum(more, beyond), 0.0)
+        add_ge({N + i: 1.0, Y + i: float(e.max())}, -e, 0.0)
         if i:  # P_i >= w of layer i-1's choice - max(w) (1 - Y_i)
             w = np.where(previous & (col.case == 3) & ~col.in_tape,
                          np.minimum(first[i - 1], col.fwd - col.tape_time), 0.0)
@@ -264,10 +275,11 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
     max_cut = _max_cut(chain)
     col, first = _Columns.of(chain, max_cut)
     n = len(col.layer)
-    # variables: [z (n binaries) | H | T | X0 | Y (L binaries) | F | E | P], per layer
-    nv = n + 6 * L + 1
+    # variables: [z (n binaries) | H | T | X0 | Y (L binaries) | F | E | P | N], per layer
+    nv = n + 7 * L + 1
     H, T, X0 = n, n + L, n + 2 * L
-    Y, F, E, P = n + 2 * L + 1, n + 3 * L + 1, n + 4 * L + 1, n + 5 * L + 1
+    Y, F, E, P, N = (n + 2 * L + 1, n + 3 * L + 1, n + 4 * L + 1, n + 5 * L + 1,
+                     n + 6 * L + 1)
     before = col.tape_before & col.in_tape  # x[i+1] possibly inside F*(i)'s tape
     copy = col.output_before & ~before  # X*(i+1) counted on its own
     next_cut = np.zeros((L, n))  # row i: what layer i+1's choice cuts from x[i+1]
@@ -298,7 +310,7 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
         add_ge({T + i: 1.0}, -(t - np.where(mine & col.in_tape, max_cut[i + 1], 0.0)), 0.0)
     # X0 >= x[0] less what layer 0's forwards cut
     add_ge({X0: 1.0}, np.where(col.layer == 0, col.cut, 0.0), xs[0])
-    _rebuilt_inputs(chain, col, first, max_cut, add_ge, (Y, F, E, P))
+    _rebuilt_inputs(chain, col, first, max_cut, add_ge, (Y, F, E, N, P))
 
     le_rows, le_high = [], []
     row = np.zeros(nv)  # loss*
@@ -313,7 +325,9 @@ def chain_time_bound(chain: Chain, budget: float, *, time_limit: float = 60.0) -
         row[H:H + j] = 1.0
         row[T + j] = 1.0
         row[X0] = 1.0
-        row[E:E + j] = 1.0
+        row[E:E + max(j - 1, 0)] = 1.0  # the rebuilt inputs of layers i < j - 1 ...
+        if j >= 1:
+            row[N + j - 1] = 1.0  # ... and of layer j - 1, whose tape may hold X*(j)
         high = budget - xs[j + 1] - xs[j]
         if j >= 1:  # X*(j), unless counted in H_{j-1}
             x_min = xs[j] - max_cut[j]
