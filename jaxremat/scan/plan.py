@@ -13,6 +13,7 @@ import solver
 from solver import Chain, Schedule, format_bytes, format_plan
 
 from ..sequence.layer import LayerProfile
+from ..sequence.searched import SEARCHED, WIDEST
 from .family import loop_margin, member_schedule
 from .members import NestedScan, loop_bodies, pieces, reshaped
 
@@ -182,7 +183,8 @@ class ScanPlan:
         use the room. ``None`` elsewhere."""
         used = self.measured_peak / max(self.budget, 1)
         recomputes = self.schedule.time > self.no_remat.time * (1 + 1e-9)
-        searched = any("_plus" in name for name in self.layer.option_names)
+        searched = (any("_plus" in name for name in self.layer.option_names)  # its options
+                    or any(entry in (SEARCHED, WIDEST) for entry, _ in self.layer.dropped))
         if self.method != "rotor" or self.batch_size > 1 or searched or not recomputes \
                 or used > 0.8:
             return None
