@@ -13,7 +13,8 @@ import solver
 from solver import Chain, Schedule, format_bytes, format_plan
 
 from ..sequence.layer import LayerProfile
-from ..sequence.searched import SEARCHED, WIDEST
+from ..sequence.policies import DEFAULT_POLICIES, without_searched
+from ..sequence.searched import SEARCHED, WIDEST, SearchedPolicy
 from .family import loop_margin, member_schedule
 from .members import NestedScan, loop_bodies, pieces, reshaped
 
@@ -183,16 +184,16 @@ class ScanPlan:
         use the room. ``None`` elsewhere."""
         used = self.measured_peak / max(self.budget, 1)
         recomputes = self.schedule.time > self.no_remat.time * (1 + 1e-9)
-        searched = (any("_plus" in name for name in self.layer.option_names)  # its options
+        searched = (any(isinstance(o.policy, SearchedPolicy) for o in self.layer.options)
                     or any(entry in (SEARCHED, WIDEST) for entry, _ in self.layer.dropped))
         if self.method != "rotor" or self.batch_size > 1 or searched or not recomputes \
                 or used > 0.8:
             return None
+        menu = ", ".join(f'"{entry}"' for entry in without_searched(DEFAULT_POLICIES)
+                         + (SEARCHED,))
         return (f"{1 - used:.0%} of the budget unused: the next policy up on this menu does "
-                f"not fit; policies=(\"dots\", \"dots_no_batch\", "
-                f"\"names\", \"dots_plus\") adds policies searched in between (a first plan "
-                f"about 3x longer; 12 scanned GPT-2 blocks at 25%: 1.121x the plain flops "
-                f"instead of 1.234x)")
+                f"not fit; policies=({menu}) adds policies searched in between (a first "
+                f"plan about 3x longer; README, \"Scanned stacks\")")
 
     def __str__(self) -> str:
         return self.report()
